@@ -1,0 +1,189 @@
+"""The `stackcurate` command.
+
+    stackcurate sample work/sample                      # build the embedded default input
+    stackcurate run pipelines/demo.yaml                 # every stage of a pipeline
+    stackcurate ingest --repos ~/src/proj --out work/x  # one stage; --config takes that stage's YAML block
+    stackcurate language --out work/x --languages filters/languages/starcoder2_smol_v1.txt
+    stackcurate query work/x "select language, count(*) from language group by 1"
+    stackcurate stats work/x
+
+Stages run on an embedded local Ray by default; `--ray-address HOST:PORT` (or RAY_ADDRESS) runs them on an
+existing cluster, `--runner local` in this process. Errors print as one line; STACKCURATE_DEBUG=1 shows the
+traceback.
+"""
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from stackcurate.core.config import add_flags, build_config, dump_yaml, flag_values, read_yaml, to_dict
+from stackcurate.core.errors import StackcurateError
+from stackcurate.stages import STAGE_ORDER, get_stage
+
+STATS_SQL = """
+select stage, metric, coalesce(reason, '') as reason, sum(value)::bigint as value
+from stats where metric in ('docs_in', 'docs_out', 'docs_removed', 'docs_error')
+group by all order by stage, metric, value desc
+"""
+
+
+def _run_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("run options (do not change the output)")
+    group.add_argument("--runner", choices=["ray", "local"], default=None,
+                       help="ray (default: embedded local Ray, or --ray-address) or local (this process)")
+    group.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (or RAY_ADDRESS)")
+    group.add_argument("--workers", type=int, default=None, help="parallel workers (default: all CPUs)")
+    group.add_argument("--overwrite", action="store_true", default=None, help="replace existing output")
+    group.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                       help="no progress bar")
+    group.add_argument("--dry-run", action="store_true", default=None, help="print config and plan, run nothing")
+
+
+def _run_options(args: argparse.Namespace, base: dict[str, Any] | None = None) -> Any:
+    from stackcurate.pipeline import merge_run_options
+
+    overrides = {k: getattr(args, k) for k in ("runner", "ray_address", "workers", "overwrite", "progress",
+                                                "dry_run")}
+    return merge_run_options(base or {}, overrides)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stackcurate", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for name in STAGE_ORDER:
+        spec = get_stage(name)
+        module_doc = sys.modules[spec.build.__module__].__doc__ or ""
+        p = sub.add_parser(name, help=module_doc.split("\n")[0], description=module_doc,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--out", required=True, help="output folder of the run (local or object-store URI)")
+        p.add_argument("--config", help="YAML file with this stage's settings (flags override it)")
+        if spec.reads_records:
+            p.add_argument("--input", help="folder of record Parquet (default: the previous stage in --out)")
+        _run_flags(p)
+        add_flags(p, spec.config_cls)
+        p.set_defaults(handler=_cmd_stage, stage=name)
+
+    p = sub.add_parser("run", help="run every stage of a pipeline YAML")
+    p.add_argument("pipeline", help="pipelines/<name>.yaml")
+    p.add_argument("--out", help="override the pipeline's output folder")
+    _run_flags(p)
+    p.set_defaults(handler=_cmd_run)
+
+    p = sub.add_parser("query", help="SQL over a run's outputs with DuckDB (one view per stage output)")
+    p.add_argument("out", help="output folder of a run")
+    p.add_argument("sql", nargs="?", help="SQL; without it, list the views")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.add_argument("--max-rows", type=int, default=40, help="rows to print in table format")
+    p.set_defaults(handler=_cmd_query)
+
+    p = sub.add_parser("stats", help="documents in, kept, removed (by reason) and errors, per stage")
+    p.add_argument("out", help="output folder of a run")
+    p.set_defaults(handler=_cmd_stats)
+
+    p = sub.add_parser("sample", help="build the embedded default input from code installed on this machine")
+    p.add_argument("out", help="folder to write (replaced if it exists)")
+    p.add_argument("--max-mb", type=float, default=20.0, help="total size of the sample, MB")
+    p.add_argument("--max-files", type=int, default=4000, help="number of files in the sample")
+    p.set_defaults(handler=_cmd_sample)
+    return parser
+
+
+def _cmd_stage(args: argparse.Namespace) -> None:
+    from stackcurate.pipeline import run_stage
+
+    spec = get_stage(args.stage)
+    values = read_yaml(args.config) if args.config else {}
+    cfg = build_config(spec.config_cls, {**values, **flag_values(args, spec.config_cls)})
+    opts = _run_options(args)
+    print(dump_yaml({spec.name: to_dict(cfg)}), end="", file=sys.stderr)
+    result = run_stage(spec, cfg, args.out, opts, input_uri=getattr(args, "input", None))
+    print("\n".join(result.plan) if opts.dry_run else result.line())
+
+
+def _cmd_run(args: argparse.Namespace) -> None:
+    from stackcurate.pipeline import Pipeline, load_pipeline, run_pipeline
+
+    pipeline = load_pipeline(args.pipeline)
+    if args.out:
+        pipeline = Pipeline(out=args.out, stages=pipeline.stages, run=pipeline.run)
+    opts = _run_options(args, pipeline.run)
+    print(dump_yaml({"out": pipeline.out, "stages": {s.name: to_dict(c) for s, c in pipeline.stages}}), end="",
+          file=sys.stderr)
+    if opts.dry_run:
+        for spec, _ in pipeline.stages:
+            print(f"{spec.name}: would run" + ("" if spec.reads_records else " (plans at run time)"))
+        return
+    for result in run_pipeline(pipeline, opts):
+        print(result.line())
+    print(f"outputs in {pipeline.out}; try: stackcurate stats {pipeline.out}")
+
+
+def _print_relation(rel: Any, fmt: str, max_rows: int) -> None:
+    if rel is None:
+        return
+    if fmt == "table":
+        rel.show(max_rows=max_rows, max_width=200)
+        return
+    table = rel.to_arrow_table()
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        sink = sys.stdout.buffer
+        pacsv.write_csv(table, sink)
+        sink.flush()
+    else:
+        import json
+
+        for row in table.to_pylist():
+            print(json.dumps(row, default=str))
+
+
+def _cmd_query(args: argparse.Namespace) -> None:
+    from stackcurate.query import connect, run_query
+
+    if not args.sql:
+        _, views = connect(args.out)
+        print("\n".join(views))
+        return
+    _print_relation(run_query(args.out, args.sql), args.format, args.max_rows)
+
+
+def _cmd_stats(args: argparse.Namespace) -> None:
+    from stackcurate.query import run_query
+
+    _print_relation(run_query(args.out, STATS_SQL), "table", 200)
+
+
+def _cmd_sample(args: argparse.Namespace) -> None:
+    from stackcurate.sample import build_sample
+
+    info = build_sample(args.out, max_bytes=int(args.max_mb * 1e6), max_files=args.max_files)
+    print(f"sample: {info.files:,} files, {info.bytes / 1e6:.1f} MB in {info.repos} repositories, "
+          f"bundles {', '.join(info.bundles)} under {args.out}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    args = build_parser().parse_args(argv)
+    from stackcurate.core import log
+
+    log.setup(args.verbose)
+    try:
+        args.handler(args)
+    except StackcurateError as exc:
+        if os.environ.get("STACKCURATE_DEBUG"):
+            raise
+        print(f"stackcurate: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("stackcurate: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

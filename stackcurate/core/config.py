@@ -1,0 +1,149 @@
+"""Stage configs: frozen dataclasses that YAML blocks and CLI flags both map onto.
+
+A config field is declared with :func:`option`, which carries its one-line help and whether it names a
+path. The same dataclass then gives the CLI flags (:func:`add_flags`), loads a YAML block
+(:func:`build_config`, which rejects unknown keys with a suggestion) and is saved next to the output
+(:func:`to_dict`).
+"""
+
+import argparse
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from stackcurate.core.errors import StackcurateError
+
+C = TypeVar("C")
+
+
+def option(default: Any, help: str, *, path: bool = False) -> Any:  # noqa: A002 - mirrors argparse
+    """Declare a config field with its help text; `path=True` resolves it against the YAML's folder."""
+    return dataclasses.field(default=default, metadata={"help": help, "path": path})
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _is_uri(value: str) -> bool:
+    return "://" in value
+
+
+def _resolve_path(value: str, base_dir: Path | None) -> str:
+    if base_dir is None or _is_uri(value) or Path(value).is_absolute():
+        return value
+    return str((base_dir / value).resolve())
+
+
+def _coerce(name: str, tp: Any, value: Any) -> Any:
+    inner, optional = _unwrap_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise StackcurateError(f"config key '{name}' may not be null")
+    origin = typing.get_origin(inner)
+    if origin is tuple:
+        item_type = typing.get_args(inner)[0]
+        items = [value] if isinstance(value, str | int | float) else list(value)
+        return tuple(_coerce(name, item_type, v) for v in items)
+    if inner is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"true", "false", "yes", "no", "1", "0"}:
+            return value.lower() in {"true", "yes", "1"}
+        raise StackcurateError(f"config key '{name}' must be true or false, got {value!r}")
+    if inner in (int, float, str):
+        try:
+            if inner is int and isinstance(value, str):
+                return int(float(value)) if value.replace("_", "").replace(".", "").isdigit() else int(value)
+            return inner(value)
+        except (TypeError, ValueError):
+            raise StackcurateError(f"config key '{name}' must be {inner.__name__}, got {value!r}") from None
+    return value
+
+
+def build_config(cls: type[C], values: dict[str, Any] | None, *, base_dir: Path | None = None) -> C:
+    """Build `cls` from a mapping, checking keys and types; path fields resolve against `base_dir`."""
+    values = dict(values or {})
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    unknown = [k for k in values if k not in fields]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, fields, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else f"; valid keys: {', '.join(fields)}"
+        raise StackcurateError(f"unknown {cls.__name__} key '{key}'{hint}")
+    kwargs = {}
+    for name, value in values.items():
+        coerced = _coerce(name, hints[name], value)
+        if fields[name].metadata.get("path") and coerced is not None:
+            if isinstance(coerced, tuple):
+                coerced = tuple(_resolve_path(v, base_dir) for v in coerced)
+            else:
+                coerced = _resolve_path(coerced, base_dir)
+        kwargs[name] = coerced
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise StackcurateError(f"invalid {cls.__name__}: {exc}") from None
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain mapping of a config, tuples as lists, for YAML and hashing."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def dump_yaml(data: dict[str, Any]) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one `--flag` per field of `cls`; unset flags stay absent so YAML values are kept."""
+    group = parser.add_argument_group(f"{cls.__name__} options")
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        inner, _ = _unwrap_optional(hints[f.name])
+        default = f.default if f.default is not dataclasses.MISSING else None
+        help_text = f"{f.metadata.get('help', '')} (default: {default!r})"
+        if inner is bool:
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                               help=help_text)
+        elif typing.get_origin(inner) is tuple:
+            group.add_argument(flag, dest=f.name, nargs="+", default=argparse.SUPPRESS, help=help_text)
+        else:
+            group.add_argument(flag, dest=f.name, default=argparse.SUPPRESS, help=help_text)
+
+
+def flag_values(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of `cls` that were given on the command line."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in vars(args).items() if k in names}
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise StackcurateError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise StackcurateError(f"{path}{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise StackcurateError(f"{path} must hold a mapping at the top level")
+    return data

@@ -1,0 +1,174 @@
+"""Filesystems, globbing and atomic Parquet I/O.
+
+Every path goes through a pyarrow filesystem, so a local folder and an object store (`s3://bucket/prefix`)
+run the same code. Writers are atomic: a file appears under its final name only once it is complete, so
+an interrupted run never leaves a half-written shard where a reader (or DuckDB) can see it.
+"""
+
+import fnmatch
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from stackcurate.core.errors import StackcurateError
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+PARQUET_COMPRESSION = "zstd"
+
+
+@dataclass(frozen=True, kw_only=True)
+class S3Options:
+    """How to reach an S3-compatible store.
+
+    Attributes:
+        endpoint: Endpoint URL override (e.g. `http://127.0.0.1:9000` for a local S3 server); None for AWS.
+        anonymous: Unsigned requests, as the public `softwareheritage` bucket allows.
+        region: Bucket region; the SWH bucket is in us-east-1.
+    """
+
+    endpoint: str | None = None
+    anonymous: bool = True
+    region: str = "us-east-1"
+
+
+def filesystem(uri: str, s3: S3Options | None = None) -> tuple[pafs.FileSystem, str]:
+    """Return the filesystem for `uri` and the path inside it (no scheme, no trailing slash)."""
+    if uri.startswith("s3://"):
+        opts = s3 or S3Options()
+        kwargs: dict[str, object] = {"anonymous": opts.anonymous, "region": opts.region}
+        if opts.endpoint:
+            scheme, _, host = opts.endpoint.rpartition("://")
+            kwargs["endpoint_override"] = host
+            kwargs["scheme"] = scheme or "https"
+        return pafs.S3FileSystem(**kwargs), uri.removeprefix("s3://").rstrip("/")
+    if "://" in uri and not uri.startswith("file://"):
+        try:
+            return pafs.FileSystem.from_uri(uri)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise StackcurateError(f"cannot open {uri}: {exc}") from None
+    return pafs.LocalFileSystem(), str(Path(uri.removeprefix("file://")).expanduser().resolve())
+
+
+def join(base: str, *parts: str) -> str:
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def expand(fs: pafs.FileSystem, pattern: str, *, suffix: str = "") -> list[str]:
+    """Sorted files matching a glob (`**` crosses folders), a file, or every `suffix` file under a folder."""
+    match = _GLOB_CHARS.search(pattern)
+    if match is None:
+        info = fs.get_file_info(pattern)
+        if info.type == pafs.FileType.File:
+            return [pattern]
+        if info.type == pafs.FileType.Directory:
+            found = fs.get_file_info(pafs.FileSelector(pattern, recursive=True))
+            return sorted(i.path for i in found if i.type == pafs.FileType.File and i.path.endswith(suffix))
+        return []
+    base = pattern[: match.start()].rpartition("/")[0] or "/"
+    regex = _glob_regex(pattern)
+    try:
+        found = fs.get_file_info(pafs.FileSelector(base, recursive="**" in pattern or "/" in pattern[match.start():],
+                                                   allow_not_found=True))
+    except OSError:
+        return []
+    return sorted(i.path for i in found if i.type == pafs.FileType.File and regex.fullmatch(i.path))
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """Shell glob semantics: `*` and `?` stay within one folder, `**/` spans any number of folders."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[":
+            end = pattern.find("]", i + 1)
+            if end < 0:
+                out.append(re.escape("["))
+                i += 1
+            else:
+                out.append(fnmatch.translate(pattern[i : end + 1])[4:-3])  # reuse fnmatch's class translation
+                i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+def exists(fs: pafs.FileSystem, path: str) -> bool:
+    return fs.get_file_info(path).type != pafs.FileType.NotFound
+
+
+def write_bytes_atomic(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    with fs.open_output_stream(tmp) as f:
+        f.write(data)
+    fs.move(tmp, path)
+
+
+def read_text(fs: pafs.FileSystem, path: str) -> str:
+    with fs.open_input_stream(path) as f:
+        return f.read().decode()
+
+
+class AtomicParquetWriter:
+    """Stream tables into `path`; the file appears under that name only on :meth:`commit`."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str, schema: pa.Schema) -> None:
+        self.fs, self.path, self.schema = fs, path, schema
+        self.tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        self.rows = 0
+        self._writer = pq.ParquetWriter(self.tmp, schema, filesystem=fs, compression=PARQUET_COMPRESSION)
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._writer.write_table(table.cast(self.schema) if table.schema != self.schema else table)
+            self.rows += table.num_rows
+
+    def commit(self) -> None:
+        self._writer.close()
+        self.fs.move(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self._writer.close()
+        try:
+            self.fs.delete_file(self.tmp)
+        except OSError:
+            pass
+
+
+def parquet_num_rows(fs: pafs.FileSystem, path: str) -> int:
+    return pq.read_metadata(path, filesystem=fs).num_rows
+
+
+def scan_parquet_slice(
+    fs: pafs.FileSystem, path: str, start: int, stop: int, *, batch_rows: int, columns: list[str] | None = None
+) -> Iterator[pa.Table]:
+    """Yield rows `[start, stop)` of a Parquet file in tables of at most `batch_rows`, one row group at a time."""
+    pf = pq.ParquetFile(path, filesystem=fs)
+    offset = 0
+    for rg in range(pf.num_row_groups):
+        n = pf.metadata.row_group(rg).num_rows
+        lo, hi = max(start, offset), min(stop, offset + n)
+        if lo < hi:
+            table = pf.read_row_group(rg, columns=columns).slice(lo - offset, hi - lo)
+            for batch in table.to_batches(max_chunksize=batch_rows):
+                yield pa.Table.from_batches([batch])
+        offset += n
+        if offset >= stop:
+            break

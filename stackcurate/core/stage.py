@@ -1,0 +1,287 @@
+"""The contract between a stage and the runners, and the code that runs one shard.
+
+A stage is planned into *shards*: a row range of a Parquet file, or one bundle or repository. Shard `i`
+of a stage always covers the same input and always writes the same files:
+
+    <out>/<stage>/0000i.parquet          kept rows
+    <out>/<stage>/removed/0000i.parquet  dropped rows, with `reason` and `detail`
+    <out>/<stage>/errors/0000i.parquet   bad input (see schema.ERROR_SCHEMA)
+    <out>/<stage>/stats/0000i.parquet    additive counters (schema.STATS_SCHEMA)
+    <out>/<stage>/_shards/0000i.json     completion marker, written last
+
+Each file is written under a temporary name and moved into place, and the marker is the commit point: a
+rerun skips shards that have one and redoes the others, overwriting whatever they left. So an interrupted
+stage, rerun, gives the same files as an uninterrupted one, with nothing lost or duplicated, whatever the
+number of workers. A runner (local loop or Ray) only decides where :func:`run_shard` executes.
+"""
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from stackcurate.core import io
+from stackcurate.core.errors import StackcurateError
+from stackcurate.core.schema import ERROR_SCHEMA, STATS_SCHEMA, conform, with_reason
+
+SHARD_DIGITS = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shard:
+    """One unit of work.
+
+    Attributes:
+        index: Output shard number; fixed by the plan.
+        kind: `parquet` (rows `[start, stop)` of a Parquet file), `flat`/`git_bare` (a vault bundle),
+            `repo` (a local folder or git repository) or `unreadable` (planning could not open `path`).
+        path: The input's URI.
+        source_index: Position of the input among all inputs of the stage (used for `doc_id`).
+        start: First row (parquet shards).
+        stop: One past the last row (parquet shards).
+        detail: Why an `unreadable` shard could not be planned.
+    """
+
+    index: int
+    kind: str
+    path: str
+    source_index: int
+    start: int = 0
+    stop: int = 0
+    detail: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.index:0{SHARD_DIGITS}d}"
+
+
+@dataclass
+class StageOutput:
+    """What a stage makes of one input table: kept rows, removed rows (with `reason`), bad-input rows."""
+
+    kept: pa.Table
+    removed: pa.Table | None = None
+    errors: pa.Table | None = None
+
+
+class Stage(Protocol):
+    """A stage as the runners see it. Stage modules never import ray."""
+
+    name: str
+
+    def read(self, shard: Shard) -> Iterator[pa.Table]:
+        """Yield the shard's input in bounded tables."""
+        ...
+
+    def output_schema(self, shard: Shard) -> pa.Schema:
+        """Schema of the kept rows (removed rows add `reason` and `detail`)."""
+        ...
+
+    def __call__(self, table: pa.Table) -> StageOutput:
+        """Transform one input table; must not raise on bad rows (they become removed or error rows)."""
+        ...
+
+
+StageFactory = Callable[[], Stage]
+
+
+class StageDir:
+    """The output folder of one stage: file names, the plan, completion markers."""
+
+    def __init__(self, out: str, stage: str, s3: io.S3Options | None = None) -> None:
+        self.uri = io.join(out, stage)
+        self.stage = stage
+        self.s3 = s3
+        self.fs, self.root = io.filesystem(self.uri, s3)
+
+    def path(self, kind: str, shard: Shard | int, suffix: str = ".parquet") -> str:
+        name = shard.name if isinstance(shard, Shard) else f"{shard:0{SHARD_DIGITS}d}"
+        parts = [name + suffix] if kind == "data" else [kind, name + suffix]
+        return io.join(self.root, *parts)
+
+    @property
+    def success_path(self) -> str:
+        return io.join(self.root, "_SUCCESS")
+
+    def is_complete(self) -> bool:
+        return io.exists(self.fs, self.success_path)
+
+    def done_shards(self) -> set[int]:
+        markers = io.expand(self.fs, io.join(self.root, "_shards"), suffix=".json")
+        return {int(p.rsplit("/", 1)[1].split(".")[0]) for p in markers}
+
+    def prepare(self, fingerprint: str, *, overwrite: bool) -> set[int]:
+        """Create the folder for a run with this plan; return the shards already finished by an earlier run."""
+        plan_path = io.join(self.root, "_plan.json")
+        if io.exists(self.fs, self.root):
+            previous = json.loads(io.read_text(self.fs, plan_path))["fingerprint"] if io.exists(
+                self.fs, plan_path) else None
+            if overwrite or previous is None:
+                self.fs.delete_dir(self.root)
+            elif previous != fingerprint:
+                raise StackcurateError(
+                    f"{self.uri} holds output of a different input or config; pass --overwrite to replace it "
+                    "or choose another --out")
+        for sub in ("", "removed", "errors", "stats", "_shards"):
+            self.fs.create_dir(io.join(self.root, sub) if sub else self.root, recursive=True)
+        self._remove_temporaries()
+        if not io.exists(self.fs, plan_path):
+            io.write_bytes_atomic(self.fs, plan_path, json.dumps({"fingerprint": fingerprint}).encode())
+        if io.exists(self.fs, self.success_path):
+            self.fs.delete_file(self.success_path)
+        return self.done_shards()
+
+    def _remove_temporaries(self) -> None:
+        for info in self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True)):
+            if ".tmp-" in info.base_name and info.type == pafs.FileType.File:
+                self.fs.delete_file(info.path)
+
+    def finish(self, config_yaml: str) -> None:
+        io.write_bytes_atomic(self.fs, io.join(self.root, "config.yaml"), config_yaml.encode())
+        io.write_bytes_atomic(self.fs, self.success_path, b"")
+
+
+def plan_fingerprint(stage: str, config: dict[str, Any], shards: list[Shard]) -> str:
+    payload = json.dumps({"stage": stage, "config": config, "shards": [asdict(s) for s in shards]},
+                         sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def error_row(shard: Shard, source: str, reason: str, detail: str) -> pa.Table:
+    """A single bad-input row that stands for the whole shard (e.g. an unreadable input file)."""
+    return pa.Table.from_pylist(
+        [{"source": source, "origin": shard.path, "reason": reason, "detail": detail[:2000]}], schema=ERROR_SCHEMA)
+
+
+class _Counters:
+    """Additive per-shard counters keyed by (metric, language, reason)."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, str | None, str | None], float] = {}
+
+    def add(self, metric: str, language: str | None, reason: str | None, value: float) -> None:
+        key = (metric, language, reason)
+        self.values[key] = self.values.get(key, 0.0) + value
+
+    def count(self, table: pa.Table | None, prefix: str) -> None:
+        if table is None or table.num_rows == 0:
+            return
+        n = table.num_rows
+        language = table.column("language") if "language" in table.column_names else pa.nulls(n, pa.string())
+        # Input rows are counted by language only; a raw ingest row may carry a reason before it is judged.
+        has_reason = prefix != "in" and "reason" in table.column_names
+        reason = table.column("reason") if has_reason else pa.nulls(n, pa.string())
+        if "length_bytes" in table.column_names:
+            size = pc.fill_null(table.column("length_bytes"), 0).cast(pa.int64())
+        else:
+            size = pa.array([0] * n, pa.int64())
+        grouped = pa.table({"language": language, "reason": reason, "size": size}).group_by(
+            ["language", "reason"], use_threads=False).aggregate([([], "count_all"), ("size", "sum")])
+        for row in grouped.to_pylist():
+            self.add(f"docs_{prefix}", row["language"], row["reason"], row["count_all"])
+            self.add(f"bytes_{prefix}", row["language"], row["reason"], row["size_sum"] or 0)
+
+    def table(self, run_id: str, stage: str, shard: int) -> pa.Table:
+        rows = [
+            {"run_id": run_id, "stage": stage, "shard": shard, "metric": m, "language": lang, "reason": r,
+             "value": v, "unit": m.split("_", 1)[0] if m != "seconds" else "seconds"}
+            for (m, lang, r), v in sorted(self.values.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
+        ]
+        return pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
+
+
+def _guarded_read(stage: Stage, shard: Shard, errors: io.AtomicParquetWriter) -> Iterator[pa.Table]:
+    """The shard's input tables; a failure to read the input becomes one error row, never a crash."""
+    if shard.kind == "unreadable":
+        errors.write(error_row(shard, stage.name, "unreadable_input", shard.detail))
+        return
+    tables = iter(stage.read(shard))
+    while True:
+        try:
+            table = next(tables)
+        except StopIteration:
+            return
+        except Exception as exc:  # noqa: BLE001 - whatever the reader raised, the input is bad, not the run
+            errors.write(error_row(shard, stage.name, "unreadable_input", f"{type(exc).__name__}: {exc}"))
+            return
+        yield table
+
+
+def run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[str, Any]:
+    """Run one shard end to end and commit it; return its summary (also stored in its marker)."""
+    started = time.perf_counter()
+    schema = stage.output_schema(shard)
+    writers = {
+        "data": io.AtomicParquetWriter(out.fs, out.path("data", shard), schema),
+        "removed": io.AtomicParquetWriter(out.fs, out.path("removed", shard), with_reason(schema)),
+        "errors": io.AtomicParquetWriter(out.fs, out.path("errors", shard), ERROR_SCHEMA),
+    }
+    counters = _Counters()
+    try:
+        for table in _guarded_read(stage, shard, writers["errors"]):
+            counters.count(table, "in")
+            result = stage(table)
+            writers["data"].write(conform(result.kept, schema))
+            counters.count(result.kept, "out")
+            if result.removed is not None:
+                writers["removed"].write(conform(result.removed, with_reason(schema)))
+                counters.count(result.removed, "removed")
+            if result.errors is not None:
+                writers["errors"].write(conform(result.errors, ERROR_SCHEMA))
+                counters.count(result.errors, "error")
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    for writer in writers.values():
+        writer.commit()
+    seconds = time.perf_counter() - started
+    counters.add("seconds", None, None, seconds)
+    pq.write_table(counters.table(run_id, stage.name, shard.index), out.path("stats", shard), filesystem=out.fs)
+    summary = {
+        "shard": shard.index,
+        "docs_in": int(sum(v for (m, _, _), v in counters.values.items() if m == "docs_in")),
+        "docs_out": writers["data"].rows,
+        "docs_removed": writers["removed"].rows,
+        "errors": writers["errors"].rows,
+        "bytes_out": int(sum(v for (m, _, _), v in counters.values.items() if m == "bytes_out")),
+        "seconds": round(seconds, 3),
+    }
+    io.write_bytes_atomic(out.fs, out.path("_shards", shard, ".json"), json.dumps(summary).encode())
+    return summary
+
+
+def records_schema(shard: Shard, s3: io.S3Options | None = None) -> pa.Schema:
+    """Schema of a record-Parquet input shard (the output of an earlier stage)."""
+    fs, path = io.filesystem(shard.path, s3)
+    return pq.read_schema(path, filesystem=fs)
+
+
+def read_records(shard: Shard, batch_rows: int, s3: io.S3Options | None = None) -> Iterator[pa.Table]:
+    fs, path = io.filesystem(shard.path, s3)
+    yield from io.scan_parquet_slice(fs, path, shard.start, shard.stop, batch_rows=batch_rows)
+
+
+def plan_parquet(files: list[str], rows_per_shard: int, s3: io.S3Options | None = None,
+                 kind: str = "parquet") -> list[Shard]:
+    """Split Parquet files into shards of at most `rows_per_shard` rows, in file order."""
+    shards: list[Shard] = []
+    for source_index, uri in enumerate(files):
+        fs, path = io.filesystem(uri, s3)
+        try:
+            n = io.parquet_num_rows(fs, path)
+        except (OSError, pa.ArrowException) as exc:
+            shards.append(Shard(index=len(shards), kind="unreadable", path=uri, source_index=source_index,
+                                detail=f"{type(exc).__name__}: {exc}"))
+            continue
+        for start in range(0, n, rows_per_shard):
+            shards.append(Shard(index=len(shards), kind=kind, path=uri, source_index=source_index, start=start,
+                                stop=min(n, start + rows_per_shard)))
+    return shards

@@ -1,0 +1,61 @@
+"""The stage registry: each stage's name, config, constructor and planner, in pipeline order."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stackcurate.core import io
+from stackcurate.core.errors import StackcurateError
+from stackcurate.core.stage import Shard, Stage, plan_parquet
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """How the CLI and the pipeline runner find a stage.
+
+    Attributes:
+        name: CLI subcommand, YAML key and output folder name.
+        config_cls: The stage's frozen config dataclass.
+        build: Makes the stage from its config (runs once per worker).
+        plan: Lists the shards; gets the config and, for stages that read records, the input folder.
+        reads_records: Whether the input is an earlier stage's output (all stages but ingest).
+    """
+
+    name: str
+    config_cls: type
+    build: Callable[[Any], Stage]
+    plan: Callable[[Any, str | None], list[Shard]]
+    reads_records: bool = True
+
+
+def plan_records(cfg: Any, input_uri: str | None) -> list[Shard]:
+    """One shard per Parquet file of the input folder (an earlier stage's kept rows)."""
+    assert input_uri is not None
+    fs, path = io.filesystem(input_uri)
+    files = io.expand(fs, io.join(path, "*.parquet")) if "*" not in path else io.expand(fs, path)
+    if not files:
+        raise StackcurateError(f"no Parquet files in {input_uri}; run the earlier stage first or pass --input")
+    return plan_parquet(files, rows_per_shard=2**62)
+
+
+def _ingest() -> StageSpec:
+    from stackcurate.stages import ingest
+
+    return StageSpec("ingest", ingest.IngestConfig, ingest.IngestStage, lambda cfg, _: ingest.plan(cfg),
+                     reads_records=False)
+
+
+def _language() -> StageSpec:
+    from stackcurate.stages import language
+
+    return StageSpec("language", language.LanguageConfig, language.LanguageStage, plan_records)
+
+
+_SPECS = {"ingest": _ingest, "language": _language}
+STAGE_ORDER = tuple(_SPECS)
+
+
+def get_stage(name: str) -> StageSpec:
+    if name not in _SPECS:
+        raise StackcurateError(f"unknown stage '{name}'; stages: {', '.join(STAGE_ORDER)}")
+    return _SPECS[name]()

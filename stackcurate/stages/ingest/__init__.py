@@ -1,0 +1,177 @@
+"""Ingest: Software Heritage archives and local code into file records (schema.FILE_SCHEMA).
+
+Inputs, any mix of:
+- The Stack v2 file-level metadata Parquet (`metadata`) with the content store that holds
+  `content/<blob_id>` gzip objects (`content`: a folder or `s3://bucket/prefix`);
+- SWH vault bundles (`bundles`): flat `swh:1:dir:<id>.tar.gz`, git-bare `swh_1_rev_<id>.git.tar`;
+- local folders or git repositories (`repos`).
+
+Output columns: all of schema.FILE_SCHEMA. Kept rows have decoded `content`.
+
+Removed (`<out>/ingest/removed/`), by `reason`: `binary` (a NUL byte), `empty`, `too_large` (over the
+compressed or decoded cap), `too_deep` (tree depth), `symlink`, `submodule`, `swh_placeholder`.
+
+Errors (`<out>/ingest/errors/`), by `reason`: `missing_blob`, `fetch_failed`, `corrupt_gzip`,
+`decompression_bomb`, `hash_mismatch`, `undecodable`, `unsafe_member` (tar member escaping the bundle,
+device, fifo), `corrupt_bundle`, `unreadable_input`.
+
+Example:
+    stackcurate ingest --metadata 'meta/*.parquet' --content s3://softwareheritage --out work/run
+    stackcurate ingest --bundles 'vault/*.tar*' --repos ~/src/myproject --out work/run
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from stackcurate.core import io
+from stackcurate.core.config import option
+from stackcurate.core.errors import StackcurateError
+from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, with_reason
+from stackcurate.core.stage import Shard, StageOutput, plan_parquet
+from stackcurate.stages.ingest import sources
+from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placeholder, sha1_hex
+
+ERROR_REASONS = frozenset({"missing_blob", "fetch_failed", "corrupt_gzip", "decompression_bomb", "hash_mismatch",
+                           "undecodable", "unsafe_member", "corrupt_bundle", "unreadable_input"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestConfig:
+    """Where the code comes from and the extraction rules (The Stack v2 defaults, REFERENCE a5)."""
+
+    metadata: tuple[str, ...] = option((), "The Stack v2 file-level metadata Parquet files or globs", path=True)
+    content: str | None = option(None, "content store root: the folder or s3://bucket[/prefix] under which "
+                                       "content/<blob_id> gzip objects lie (s3://softwareheritage for SWH)", path=True)
+    bundles: tuple[str, ...] = option((), "SWH vault bundles or globs (flat .tar.gz, git-bare .git.tar)", path=True)
+    repos: tuple[str, ...] = option((), "local folders or git repositories", path=True)
+    s3_endpoint: str | None = option(None, "S3 endpoint URL override, e.g. http://127.0.0.1:9000")
+    s3_anonymous: bool = option(True, "unsigned S3 requests (the public SWH bucket needs no credentials)")
+    s3_region: str = option("us-east-1", "S3 region (the SWH bucket is in us-east-1)")
+    max_compressed_bytes: int = option(10_000_000, "skip store objects larger than this, compressed (SC2: 10 MB)")
+    max_bytes: int = option(1_000_000, "drop files larger than this, decoded (The Stack: 1 MB)")
+    max_depth: int = option(64, "drop files deeper than this many path components (SC2: 64)")
+    bomb_ratio: float = option(100.0, "inflated/compressed ratio past the cap that marks a decompression bomb")
+    verify_hashes: bool = option(True, "check blob_id = sha1(bytes) and content_id = git blob hash")
+    rows_per_shard: int = option(20_000, "metadata rows per shard (the unit of work and of resume)")
+    batch_rows: int = option(512, "rows per in-memory batch")
+    fetch_threads: int = option(16, "concurrent content-store reads per worker")
+    tmp_dir: str | None = option(None, "scratch folder for unpacking git-bare bundles (default: system temp)",
+                                 path=True)
+
+    @property
+    def s3(self) -> io.S3Options:
+        return io.S3Options(endpoint=self.s3_endpoint, anonymous=self.s3_anonymous, region=self.s3_region)
+
+    @property
+    def limits(self) -> sources.Limits:
+        return sources.Limits(max_compressed_bytes=self.max_compressed_bytes, max_bytes=self.max_bytes,
+                              max_depth=self.max_depth, bomb_ratio=self.bomb_ratio)
+
+
+def _bundle_kind(uri: str) -> str:
+    name = uri.rsplit("/", 1)[-1]
+    if name.endswith(".git.tar"):
+        return "git_bare"
+    if name.endswith((".tar.gz", ".tgz", ".tar")):
+        return "flat"
+    raise StackcurateError(f"cannot tell the vault bundle kind of {uri}: expected swh:1:dir:<id>.tar.gz (flat) "
+                           "or swh_1_rev_<id>.git.tar (git-bare)")
+
+
+def _expand_all(patterns: tuple[str, ...], s3: io.S3Options, what: str) -> list[str]:
+    files: list[str] = []
+    for pattern in patterns:
+        fs, path = io.filesystem(pattern, s3)
+        found = io.expand(fs, path, suffix=".parquet" if what == "metadata" else "")
+        if not found:
+            raise StackcurateError(f"no {what} file matches {pattern}; check the path or glob")
+        prefix = pattern[: pattern.index("://") + 3] if "://" in pattern else ""
+        files += [prefix + f if prefix else f for f in found]
+    return files
+
+
+def plan(cfg: IngestConfig) -> list[Shard]:
+    """Shards in a fixed order: metadata row ranges, then bundles, then repositories."""
+    if not (cfg.metadata or cfg.bundles or cfg.repos):
+        raise StackcurateError("ingest needs an input: --metadata with --content, --bundles, or --repos")
+    if cfg.metadata and not cfg.content:
+        raise StackcurateError("--metadata needs --content, the store holding content/<blob_id> objects")
+    shards = plan_parquet(_expand_all(cfg.metadata, cfg.s3, "metadata"), cfg.rows_per_shard, cfg.s3,
+                          kind="stack_v2")
+    inputs = [(_bundle_kind(uri), uri) for uri in _expand_all(cfg.bundles, cfg.s3, "bundle")]
+    for repo in cfg.repos:
+        if not Path(repo).is_dir():
+            raise StackcurateError(f"repository {repo} is not a folder")
+        inputs.append(("repo", str(Path(repo).resolve())))
+    next_source = 1 + max((s.source_index for s in shards), default=-1)
+    for i, (kind, uri) in enumerate(inputs):
+        shards.append(Shard(index=len(shards), kind=kind, path=uri, source_index=next_source + i))
+    return shards
+
+
+class IngestStage:
+    """Reads each source into raw rows, then decodes and checks them (see the module docstring)."""
+
+    name = "ingest"
+
+    def __init__(self, cfg: IngestConfig) -> None:
+        self.cfg = cfg
+
+    def output_schema(self, shard: Shard) -> pa.Schema:
+        return FILE_SCHEMA
+
+    def read(self, shard: Shard) -> Iterator[pa.Table]:
+        cfg = self.cfg
+        if shard.kind == "stack_v2":
+            assert cfg.content is not None
+            return sources.read_stack_v2(shard, cfg.content, cfg.s3, cfg.limits, cfg.batch_rows, cfg.fetch_threads)
+        if shard.kind == "flat":
+            return sources.read_flat_bundle(shard, cfg.limits, cfg.batch_rows, cfg.s3)
+        if shard.kind == "git_bare":
+            return sources.read_git_bare_bundle(shard, cfg.limits, cfg.batch_rows, cfg.s3, cfg.tmp_dir)
+        if shard.kind == "repo":
+            return sources.read_repo(shard, cfg.limits, cfg.batch_rows)
+        raise ValueError(f"unknown shard kind {shard.kind!r}")
+
+    def __call__(self, raw: pa.Table) -> StageOutput:
+        kept, removed, errors = [], [], []
+        for row in raw.to_pylist():
+            data = row.pop("data")
+            reason, detail = row.pop("reason"), row.pop("detail")
+            if reason is None:
+                reason, detail = self._check(row, data)
+            if reason is None:
+                kept.append(row)
+            elif reason in ERROR_REASONS:
+                errors.append({**row, "reason": reason, "detail": detail})
+            else:
+                removed.append({**row, "reason": reason, "detail": detail})
+        return StageOutput(kept=pa.Table.from_pylist(kept, schema=FILE_SCHEMA),
+                           removed=pa.Table.from_pylist(removed, schema=with_reason(FILE_SCHEMA)),
+                           errors=pa.Table.from_pylist(errors, schema=ERROR_SCHEMA))
+
+    def _check(self, row: dict, data: bytes) -> tuple[str | None, str | None]:
+        """Fill `row` from `data`; return (reason, detail) when the file must not be kept."""
+        blob_id, content_id = sha1_hex(data), git_blob_hex(data)
+        if self.cfg.verify_hashes:
+            if row.get("blob_id") and row["blob_id"] != blob_id:
+                return "hash_mismatch", f"sha1 of the bytes is {blob_id}, blob_id says {row['blob_id']}"
+            if row.get("content_id") and row["content_id"] != content_id:
+                return "hash_mismatch", f"git blob hash is {content_id}, content_id says {row['content_id']}"
+        row.update(blob_id=blob_id, content_id=content_id, swhid=f"swh:1:cnt:{content_id}")
+        if is_placeholder(data):
+            return "swh_placeholder", "SWH placeholder body instead of the content"
+        decoded = decode(data, row.get("src_encoding"))
+        if decoded.text is None:
+            return decoded.reason, decoded.detail
+        encoded_len = len(decoded.text.encode("utf-8", errors="surrogatepass"))
+        row.update(content=decoded.text, src_encoding=decoded.encoding, length_bytes=encoded_len)
+        if encoded_len > self.cfg.max_bytes:
+            return "too_large", f"{encoded_len} bytes decoded (cap {self.cfg.max_bytes})"
+        if not row.get("extension"):
+            name = row["path"].rsplit("/", 1)[-1]
+            row["extension"] = name.rsplit(".", 1)[1] if "." in name.lstrip(".") else ""
+        return None, None

@@ -1,0 +1,105 @@
+"""Language selection: go-enry detection, as The Stack v2 did (SC2 §2.1), then the pipeline's language list.
+
+go-enry (the Go port of GitHub linguist) decides from the file name, extension, shebang, modeline and
+content heuristics; `enry-python` binds it, so linguist's rules are not re-implemented here.
+
+Input columns: `path`, `content` (file records). Output columns: `language` (enry's name, null when enry
+finds none), `extension`, `is_vendor`, `is_generated`; all other columns pass through.
+
+Drop reasons: `language_unknown` (enry found no language, only when a list is set), `language_not_selected`
+(not in the list), `vendor`, `generated` (only when `drop_vendor` / `drop_generated`).
+
+Example:
+    stackcurate language --out work/run --languages filters/languages/starcoder2_smol_v1.txt
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stackcurate.core.config import option
+from stackcurate.core.schema import with_reason
+from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema
+from stackcurate.core.tables import read_name_list
+
+
+@dataclass(frozen=True, kw_only=True)
+class LanguageConfig:
+    """Which languages to keep, and whether vendored or generated files go."""
+
+    languages: str | None = option(None, "file listing the languages to keep, one enry name a line (under "
+                                         "filters/languages/); null keeps every file", path=True)
+    drop_vendor: bool = option(False, "drop files enry calls vendored (The Stack v2 keeps them, flagged)")
+    drop_generated: bool = option(False, "drop files enry calls generated (The Stack v2 keeps them, flagged)")
+    batch_rows: int = option(1024, "rows per in-memory batch")
+
+
+def is_enry_language(name: str) -> bool:
+    import enry
+
+    return enry.get_language_type(name) != "unknown"
+
+
+def detect(table: pa.Table) -> pa.Table:
+    """Add enry's `language`, `is_vendor` and `is_generated` (and `extension` where missing) to file records."""
+    import enry
+
+    paths = table.column("path").to_pylist()
+    contents = table.column("content").to_pylist()
+    languages, vendor, generated = [], [], []
+    for path, text in zip(paths, contents, strict=True):
+        data = (text or "").encode("utf-8", errors="surrogatepass")
+        rel = path.lstrip("/")  # enry's vendor/generated rules match repository-relative paths
+        languages.append(enry.get_language(rel, data) or None)
+        vendor.append(bool(enry.is_vendor(rel)))
+        generated.append(bool(enry.is_generated(rel, data)))
+    columns = {"language": pa.array(languages, pa.string()), "is_vendor": pa.array(vendor, pa.bool_()),
+               "is_generated": pa.array(generated, pa.bool_())}
+    for name, column in columns.items():
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, name, column) if index >= 0 else table.append_column(name, column)
+    return table
+
+
+def _split(table: pa.Table, drop: pa.Array, reason: str) -> tuple[pa.Table, pa.Table]:
+    drop = pc.fill_null(drop, False)
+    removed = table.filter(drop)
+    removed = removed.append_column("reason", pa.array([reason] * removed.num_rows, pa.string()))
+    removed = removed.append_column("detail", pa.nulls(removed.num_rows, pa.string()))
+    return table.filter(pc.invert(drop)), removed
+
+
+class LanguageStage:
+    """Detect languages with go-enry, then keep the configured ones (see the module docstring)."""
+
+    name = "language"
+
+    def __init__(self, cfg: LanguageConfig) -> None:
+        self.cfg = cfg
+        self.keep = (pa.array(read_name_list(cfg.languages, is_valid=is_enry_language, what="enry language"))
+                     if cfg.languages else None)
+
+    def read(self, shard: Shard) -> Iterator[pa.Table]:
+        return read_records(shard, self.cfg.batch_rows)
+
+    def output_schema(self, shard: Shard) -> pa.Schema:
+        return records_schema(shard)
+
+    def __call__(self, table: pa.Table) -> StageOutput:
+        table = detect(table)
+        rules: list[tuple[str, Callable[[pa.Table], pa.ChunkedArray]]] = []
+        if self.keep is not None:
+            keep = self.keep
+            rules.append(("language_unknown", lambda t: pc.is_null(t.column("language"))))
+            rules.append(("language_not_selected", lambda t: pc.invert(pc.is_in(t.column("language"), keep))))
+        if self.cfg.drop_vendor:
+            rules.append(("vendor", lambda t: t.column("is_vendor")))
+        if self.cfg.drop_generated:
+            rules.append(("generated", lambda t: t.column("is_generated")))
+        kept, removed = table, [with_reason(table.schema).empty_table()]
+        for reason, rule in rules:  # in order: a row is removed for the first rule that matches it
+            kept, dropped = _split(kept, rule(kept), reason)
+            removed.append(dropped)
+        return StageOutput(kept=kept, removed=pa.concat_tables(removed, promote_options="permissive"))
