@@ -144,7 +144,7 @@ class StageDir:
                 self.fs.delete_file(info.path)
 
     def finish(self, config_yaml: str) -> None:
-        io.write_bytes_atomic(self.fs, io.join(self.root, "config.yaml"), config_yaml.encode())
+        io.write_bytes_atomic(self.fs, io.join(self.root, "_config.yaml"), config_yaml.encode())
         io.write_bytes_atomic(self.fs, self.success_path, b"")
 
 

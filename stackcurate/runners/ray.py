@@ -32,7 +32,8 @@ def init(address: str | None = None, num_cpus: int | None = None) -> None:
         if address:
             ray.init(address=address, **kwargs)
         else:
-            ray.init(num_cpus=num_cpus or os.cpu_count(), **kwargs)
+            # "local" always starts a private Ray: a bare ray.init() would join any cluster this machine ran.
+            ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the Ray cluster at {address}" if address else "an embedded Ray"
         raise StackcurateError(f"could not start or reach {where}: {str(exc).splitlines()[0]}") from None
@@ -63,7 +64,7 @@ def run(factory: StageFactory, shards: list[Shard], out: StageDir, run_id: str, 
     concurrency = max(1, min(workers or available, len(shards)))
     dataset = ray.data.from_items([asdict(s) for s in shards], override_num_blocks=len(shards)).map_batches(
         _ShardWorker, fn_constructor_args=(factory, out, run_id), batch_size=1, batch_format="pyarrow",
-        concurrency=concurrency, num_cpus=1, max_restarts=-1, max_task_retries=3)
+        concurrency=concurrency, num_cpus=1)  # Ray Data restarts dead actors and retries their shards by default
     summaries: list[dict[str, Any]] = []
     with tqdm(total=len(shards), desc=f"{out.stage} ({concurrency} workers)", unit="shard",
               disable=not progress) as bar:

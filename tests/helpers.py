@@ -1,0 +1,82 @@
+"""Builders for tiny test inputs: Stack v2 layouts, vault bundles, record tables."""
+
+import gzip
+import io
+import socket
+import tarfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stackcurate.core.schema import FILE_SCHEMA
+from stackcurate.sample import STACK_V2_FILE_SCHEMA
+from stackcurate.stages.ingest.content import git_blob_hex, sha1_hex
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stack_v2_layout(root: Path, files: list[tuple[str, bytes]], *, repo: str = "acme/widgets",
+                    objects: dict[str, bytes | None] | None = None, metadata_name: str = "00000.parquet",
+                    extra: dict[str, dict] | None = None) -> Path:
+    """Write `root/content/<sha1>` gzip objects and `root/metadata/<name>` for `(path, bytes)` files.
+
+    `objects` replaces the stored object of a path with other bytes (or None: no object, a missing blob);
+    `extra` overrides metadata fields of a path.
+    """
+    (root / "content").mkdir(parents=True, exist_ok=True)
+    (root / "metadata").mkdir(exist_ok=True)
+    objects, extra = objects or {}, extra or {}
+    rows = []
+    for path, data in files:
+        blob = sha1_hex(data)
+        stored = objects.get(path, gzip.compress(data, mtime=0)) if path in objects else gzip.compress(data, mtime=0)
+        if stored is not None:
+            (root / "content" / blob).write_bytes(stored)
+        name = path.rsplit("/", 1)[-1]
+        rows.append({"blob_id": blob, "content_id": git_blob_hex(data), "path": path, "repo_name": repo,
+                     "detected_licenses": ["MIT"], "license_type": "permissive", "star_events_count": 3,
+                     "fork_events_count": 1, "src_encoding": "UTF-8", "length_bytes": len(data),
+                     "extension": name.rsplit(".", 1)[-1] if "." in name else "", **extra.get(path, {})})
+    pq.write_table(pa.Table.from_pylist(rows, schema=STACK_V2_FILE_SCHEMA), root / "metadata" / metadata_name)
+    return root
+
+
+def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]], mode: str = "w:gz") -> bytes:
+    """A tar archive built member by member (for crafting unsafe members)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode) as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            else:
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+def file_member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = linkname
+    info.mode = 0o644
+    return info
+
+
+def make_table(files: list[tuple[str, str]], **columns: object) -> pa.Table:
+    """File records for `(path, content)` pairs; `columns` sets a column to one value for every row."""
+    rows = [{"doc_id": i, "source": "test", "path": path, "content": content,
+             "length_bytes": len(content.encode()), **columns} for i, (path, content) in enumerate(files)]
+    return pa.Table.from_pylist(rows, schema=FILE_SCHEMA)
+
+
+def write_records(folder: Path, tables: list[pa.Table]) -> Path:
+    """Lay out record tables as a finished stage output (one Parquet file per table)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, table in enumerate(tables):
+        pq.write_table(table, folder / f"{i:05d}.parquet")
+    return folder
