@@ -490,21 +490,19 @@ def test_non_utf8_file_name_does_not_lose_the_folder(tmp_path):
 # --- tree depth ---------------------------------------------------------------------------------------------
 
 
-def test_tree_depth_limit_local_folder(tmp_path):
-    ok = "/".join(["d"] * 63) + "/ok.py"  # 64 components
-    deep = "/".join(["d"] * 64) + "/deep.py"  # 65 components
-    root = write_files(tmp_path / "proj", {ok: b"ok = 1\n", deep: b"deep = 1\n"})
-    got = ingest(tmp_path / "out", repos=[root])
-    assert set(got.kept_by_path()) == {"/" + ok}
-    assert got.reasons("removed") == {"/" + deep: "too_deep"}
-
-
-def test_tree_depth_limit_flat_bundle(tmp_path):
-    ok = "/".join(["d"] * 63) + "/ok.py"
-    deep = "/".join(["d"] * 64) + "/deep.py"
-    bundle = flat_bundle(tmp_path / "bundles", [(file_member(in_dir(ok)), b"ok = 1\n"),
-                                                (file_member(in_dir(deep)), b"deep = 1\n")])
-    got = ingest(tmp_path / "out", bundles=[bundle])
+@pytest.mark.parametrize("kind", ["folder", "flat_bundle", pytest.param("git_repo", marks=needs_git)])
+def test_tree_depth_limit(tmp_path, kind):
+    ok = "/".join(["d"] * 63) + "/ok.py"  # 64 components: kept
+    deep = "/".join(["d"] * 64) + "/deep.py"  # 65 components: too deep
+    files = {ok: b"ok = 1\n", deep: b"deep = 1\n"}
+    if kind == "flat_bundle":
+        bundle = flat_bundle(tmp_path / "bundles", [(file_member(in_dir(p)), data) for p, data in files.items()])
+        got = ingest(tmp_path / "out", bundles=[bundle])
+    elif kind == "git_repo":
+        committed_repo(tmp_path / "proj", files)
+        got = ingest(tmp_path / "out", repos=[tmp_path / "proj"])
+    else:
+        got = ingest(tmp_path / "out", repos=[write_files(tmp_path / "proj", files)])
     assert set(got.kept_by_path()) == {"/" + ok}
     assert got.reasons("removed") == {"/" + deep: "too_deep"}
 

@@ -1,0 +1,106 @@
+"""The CLI as a user meets it: one-line errors, dry runs, queries, config files."""
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import stack_v2_layout
+
+from stackcurate.cli import main
+
+FILES = [("/a.py", b"import os\n"), ("/b.md", b"# Title\n"), ("/c.bin", b"\x00\x01")]
+
+
+@pytest.fixture
+def ingested(tmp_path):
+    stack_v2_layout(tmp_path / "store", FILES)
+    out = tmp_path / "out"
+    assert main(["ingest", "--out", str(out), "--metadata", str(tmp_path / "store/metadata/*.parquet"),
+                 "--content", str(tmp_path / "store"), "--runner", "local", "--no-progress"]) == 0
+    return out
+
+
+def _one_line_error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("stackcurate: error: ")
+    assert not any("Traceback" in line for line in err)
+    return err[-1]
+
+
+def test_ingest_without_input_says_what_to_pass(tmp_path, capsys):
+    assert "--repos" in _one_line_error(capsys, ["ingest", "--out", str(tmp_path / "o"), "--runner", "local"])
+
+
+def test_missing_glob_is_one_line(tmp_path, capsys):
+    line = _one_line_error(capsys, ["ingest", "--out", str(tmp_path / "o"), "--bundles", str(tmp_path / "no/*.tar.gz")])
+    assert "no bundle file matches" in line
+
+
+def test_language_before_ingest_says_to_run_ingest(tmp_path, capsys):
+    assert "stackcurate ingest" in _one_line_error(capsys, ["language", "--out", str(tmp_path / "o")])
+
+
+def test_typo_in_config_file_gets_a_suggestion(tmp_path, capsys):
+    cfg = tmp_path / "ingest.yaml"
+    cfg.write_text("max_byte: 10\n")
+    line = _one_line_error(capsys, ["ingest", "--out", str(tmp_path / "o"), "--config", str(cfg)])
+    assert "did you mean 'max_bytes'" in line
+
+
+def test_bad_flag_type_is_one_line(tmp_path, capsys):
+    line = _one_line_error(capsys, ["ingest", "--out", str(tmp_path / "o"), "--repos", str(tmp_path),
+                                    "--max-bytes", "lots"])
+    assert "max_bytes" in line and "int" in line
+
+
+def test_pipeline_typo_and_order_errors(tmp_path, capsys):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("out: o\nstages:\n  languag: {}\n")
+    assert "unknown stage 'languag'" in _one_line_error(capsys, ["run", str(bad)])
+    bad.write_text("out: o\nstages:\n  language: {}\n  ingest: {repos: [.]}\n")
+    assert "pipeline order" in _one_line_error(capsys, ["run", str(bad)])
+    assert "does not exist" in _one_line_error(capsys, ["run", str(tmp_path / "missing.yaml")])
+
+
+def test_dry_run_writes_nothing(tmp_path, capsys):
+    stack_v2_layout(tmp_path / "store", FILES)
+    out = tmp_path / "out"
+    assert main(["ingest", "--out", str(out), "--metadata", str(tmp_path / "store/metadata/*.parquet"),
+                 "--content", str(tmp_path / "store"), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert "1 stack_v2 shard(s)" in captured.out and "max_bytes: 1000000" in captured.err
+    assert not out.exists()
+
+
+def test_query_views_and_formats(ingested, capsys):
+    capsys.readouterr()
+    assert main(["query", str(ingested)]) == 0
+    assert capsys.readouterr().out.split() == ["ingest", "ingest_removed", "ingest_errors", "stats"]
+    assert main(["query", str(ingested), "select path, reason from ingest_removed", "--format", "json"]) == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [{"path": "/c.bin",
+                                                                                   "reason": "binary"}]
+    assert main(["query", str(ingested), "select count(*) as n from ingest", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.split() == ['"n"', "2"]
+
+
+def test_query_errors_are_one_line(ingested, tmp_path, capsys):
+    assert "views: ingest" in _one_line_error(capsys, ["query", str(ingested), "select * from nope"])
+    assert "not a local output folder" in _one_line_error(capsys, ["query", str(tmp_path / "nothing"), "select 1"])
+
+
+def test_stats_counts_add_up(ingested, capsys):
+    capsys.readouterr()
+    assert main(["stats", str(ingested)]) == 0
+    out = capsys.readouterr().out
+    assert "docs_in" in out and "binary" in out
+    from stackcurate.query import run_query
+
+    rows = dict(run_query(ingested, "select metric, sum(value) from stats where stage='ingest' group by 1").fetchall())
+    assert rows["docs_in"] == 3 and rows["docs_out"] == 2 and rows["docs_removed"] == 1
+    assert rows["bytes_out"] == len(b"import os\n") + len(b"# Title\n")
+
+
+def test_resolved_config_is_saved_next_to_output(ingested):
+    saved = (Path(ingested) / "ingest" / "_config.yaml").read_text()
+    assert "max_bytes: 1000000" in saved and "stage: ingest" in saved

@@ -1,0 +1,38 @@
+"""The golden end-to-end run: the checked-in SWH-shaped input through every stage built so far."""
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from stackcurate.cli import main
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.mark.parametrize("runner", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_pipeline_matches_golden(tmp_path, runner, request):
+    if runner == "ray":
+        request.getfixturevalue("ray_local")
+    import sys
+
+    sys.path.insert(0, str(FIXTURES))
+    from make_mini import outcome
+
+    out = tmp_path / "out"
+    assert main(["run", str(FIXTURES / "mini" / "pipeline.yaml"), "--out", str(out), "--runner", runner,
+                 "--no-progress"]) == 0
+    assert outcome(out) == json.loads((FIXTURES / "mini_golden.json").read_text())
+    latin1 = duckdb.sql(f"select content, src_encoding from '{out}/language/*.parquet' where path = '/latin1.py'")
+    assert latin1.fetchall() == [("# caf\u00e9 cr\u00e8me\nprint('ok')\n", "Windows-1252")]
+    assert not (tmp_path / "escape.txt").exists() and not (out.parent / "escape.txt").exists()
+
+
+def test_rerun_of_a_finished_pipeline_redoes_nothing(tmp_path, capsys):
+    args = ["run", str(FIXTURES / "mini" / "pipeline.yaml"), "--out", str(tmp_path / "out"), "--runner", "local",
+            "--no-progress"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "(0 run now)" in capsys.readouterr().out
