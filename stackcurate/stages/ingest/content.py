@@ -112,7 +112,7 @@ def decode(data: bytes, declared: str | None = None) -> Decoded:
         tried.append(codec)
         try:
             return Decoded(data.decode(codec), encoding=name if name == declared else "UTF-8")
-        except UnicodeDecodeError:
+        except (UnicodeDecodeError, LookupError):  # LookupError: a bytes-to-bytes codec such as base64
             continue
     best = from_bytes(data).best()
     if best is not None and best.encoding:

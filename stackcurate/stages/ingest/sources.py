@@ -72,6 +72,8 @@ class _RawBatch:
 
     def add(self, path: str, data: bytes | None = None, reason: str | None = None, detail: str | None = None,
             **extra: Any) -> None:
+        # File names are bytes; one that is not UTF-8 is kept readable (\x.. escapes) rather than lost.
+        path = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         row = {**self.common, **extra, "doc_id": doc_id(self.shard.source_index, self.ordinal),
                "source": self.source, "origin": self.shard.path, "path": "/" + path.lstrip("/"),
                "data": data, "reason": reason, "detail": detail}
@@ -371,8 +373,9 @@ def _has_commit(git_dir: str) -> bool:
 
 def _walk(root: Path, batch: _RawBatch, limits: Limits) -> Iterator[pa.Table]:
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
-        for name in sorted(filenames):
+        linked = {d for d in dirnames if (Path(dirpath) / d).is_symlink()}
+        dirnames[:] = sorted(d for d in dirnames if d != ".git" and d not in linked)
+        for name in sorted([*filenames, *linked]):
             full = Path(dirpath) / name
             rel = full.relative_to(root).as_posix()
             if full.is_symlink():
