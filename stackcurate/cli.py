@@ -30,35 +30,42 @@ group by all order by stage, metric, value desc
 
 def _run_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run options (do not change the output)")
-    group.add_argument("--runner", choices=["ray", "local"], default=None,
-                       help="ray (default: embedded local Ray, or --ray-address) or local (this process)")
+    group.add_argument(
+        "--runner",
+        choices=["ray", "local"],
+        default=None,
+        help="ray (default: embedded local Ray, or --ray-address) or local (this process)",
+    )
     group.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (or RAY_ADDRESS)")
     group.add_argument("--workers", type=int, default=None, help="parallel workers (default: all CPUs)")
     group.add_argument("--overwrite", action="store_true", default=None, help="replace existing output")
-    group.add_argument("--no-progress", dest="progress", action="store_false", default=None,
-                       help="no progress bar")
+    group.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     group.add_argument("--dry-run", action="store_true", default=None, help="print config and plan, run nothing")
 
 
 def _run_options(args: argparse.Namespace, base: dict[str, Any] | None = None) -> Any:
     from stackcurate.pipeline import merge_run_options
 
-    overrides = {k: getattr(args, k) for k in ("runner", "ray_address", "workers", "overwrite", "progress",
-                                                "dry_run")}
+    overrides = {k: getattr(args, k) for k in ("runner", "ray_address", "workers", "overwrite", "progress", "dry_run")}
     return merge_run_options(base or {}, overrides)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stackcurate", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="stackcurate", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for name in STAGE_ORDER:
         spec = get_stage(name)
         module_doc = sys.modules[spec.build.__module__].__doc__ or ""
-        p = sub.add_parser(name, help=module_doc.split("\n")[0], description=module_doc,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=module_doc.split("\n")[0],
+            description=module_doc,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         p.add_argument("--out", required=True, help="output folder of the run (local or object-store URI)")
         p.add_argument("--config", help="YAML file with this stage's settings (flags override it)")
         if spec.reads_records:
@@ -111,8 +118,11 @@ def _cmd_run(args: argparse.Namespace) -> None:
     if args.out:
         pipeline = Pipeline(out=args.out, stages=pipeline.stages, run=pipeline.run)
     opts = _run_options(args, pipeline.run)
-    print(dump_yaml({"out": pipeline.out, "stages": {s.name: to_dict(c) for s, c in pipeline.stages}}), end="",
-          file=sys.stderr)
+    print(
+        dump_yaml({"out": pipeline.out, "stages": {s.name: to_dict(c) for s, c in pipeline.stages}}),
+        end="",
+        file=sys.stderr,
+    )
     if opts.dry_run:
         for spec, _ in pipeline.stages:
             print(f"{spec.name}: would run" + ("" if spec.reads_records else " (plans at run time)"))
@@ -162,8 +172,10 @@ def _cmd_sample(args: argparse.Namespace) -> None:
     from stackcurate.sample import build_sample
 
     info = build_sample(args.out, max_bytes=int(args.max_mb * 1e6), max_files=args.max_files)
-    print(f"sample: {info.files:,} files, {info.bytes / 1e6:.1f} MB in {info.repos} repositories, "
-          f"bundles {', '.join(info.bundles)} under {args.out}")
+    print(
+        f"sample: {info.files:,} files, {info.bytes / 1e6:.1f} MB in {info.repos} repositories, "
+        f"bundles {', '.join(info.bundles)} under {args.out}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

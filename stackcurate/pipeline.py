@@ -63,8 +63,10 @@ class StageResult:
     plan: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        return (f"{self.stage}: {self.docs_in:,} in, {self.docs_out:,} kept, {self.docs_removed:,} removed, "
-                f"{self.errors:,} errors; {self.shards} shards ({self.shards_run} run now) in {self.seconds:.1f} s")
+        return (
+            f"{self.stage}: {self.docs_in:,} in, {self.docs_out:,} kept, {self.docs_removed:,} removed, "
+            f"{self.errors:,} errors; {self.shards} shards ({self.shards_run} run now) in {self.seconds:.1f} s"
+        )
 
 
 def default_input(out: str, stage: str) -> str:
@@ -95,8 +97,12 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
         kinds: dict[str, int] = {}
         for s in shards:
             kinds[s.kind] = kinds.get(s.kind, 0) + 1
-        return StageResult(spec.name, len(shards), 0,
-                           plan=[f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {stage_dir.uri}"])
+        return StageResult(
+            spec.name,
+            len(shards),
+            0,
+            plan=[f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {stage_dir.uri}"],
+        )
     config = to_dict(cfg)
     done = stage_dir.prepare(plan_fingerprint(spec.name, config, shards), overwrite=opts.overwrite)
     pending = [s for s in shards if s.index not in done]
@@ -106,8 +112,15 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
         if opts.runner == "ray":
             from stackcurate.runners import ray as runner
 
-            runner.run(factory, pending, stage_dir, run_id, address=opts.ray_address, workers=opts.workers,
-                       progress=opts.progress)
+            runner.run(
+                factory,
+                pending,
+                stage_dir,
+                run_id,
+                address=opts.ray_address,
+                workers=opts.workers,
+                progress=opts.progress,
+            )
         else:
             from stackcurate.runners import local
 

@@ -25,8 +25,11 @@ def connect(out: str | Path) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
     con = duckdb.connect()
     views, stats = [], []
     for stage_dir in sorted(p for p in root.iterdir() if p.is_dir() and (p / "_plan.json").exists()):
-        for view, sub in ((stage_dir.name, stage_dir), (f"{stage_dir.name}_removed", stage_dir / "removed"),
-                          (f"{stage_dir.name}_errors", stage_dir / "errors")):
+        for view, sub in (
+            (stage_dir.name, stage_dir),
+            (f"{stage_dir.name}_removed", stage_dir / "removed"),
+            (f"{stage_dir.name}_errors", stage_dir / "errors"),
+        ):
             if any(sub.glob("*.parquet")):
                 glob = _sql_str(str(sub / "*.parquet"))
                 con.execute(f'create view "{view}" as select * from read_parquet({glob}, union_by_name=true)')

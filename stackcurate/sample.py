@@ -30,20 +30,44 @@ from stackcurate.core.errors import StackcurateError
 from stackcurate.stages.ingest.content import git_blob_hex, sha1_hex
 
 MAX_FILE_BYTES = 2_000_000
-STACK_V2_FILE_SCHEMA = pa.schema([
-    ("blob_id", pa.string()), ("directory_id", pa.string()), ("path", pa.string()), ("content_id", pa.string()),
-    ("detected_licenses", pa.list_(pa.string())), ("license_type", pa.string()), ("repo_name", pa.string()),
-    ("snapshot_id", pa.string()), ("revision_id", pa.string()), ("branch_name", pa.string()),
-    ("visit_date", pa.timestamp("ns")), ("revision_date", pa.timestamp("ns")), ("committer_date", pa.timestamp("ns")),
-    ("github_id", pa.int64()), ("star_events_count", pa.int64()), ("fork_events_count", pa.int64()),
-    ("gha_license_id", pa.string()), ("gha_event_created_at", pa.timestamp("ns")),
-    ("gha_created_at", pa.timestamp("ns")), ("gha_language", pa.string()), ("src_encoding", pa.string()),
-    ("language", pa.string()), ("is_vendor", pa.bool_()), ("is_generated", pa.bool_()),
-    ("length_bytes", pa.int64()), ("extension", pa.string()),
-])
-_GIT_ENV = {"GIT_AUTHOR_NAME": "stackcurate", "GIT_AUTHOR_EMAIL": "sample@stackcurate.invalid",
-            "GIT_COMMITTER_NAME": "stackcurate", "GIT_COMMITTER_EMAIL": "sample@stackcurate.invalid",
-            "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z"}
+STACK_V2_FILE_SCHEMA = pa.schema(
+    [
+        ("blob_id", pa.string()),
+        ("directory_id", pa.string()),
+        ("path", pa.string()),
+        ("content_id", pa.string()),
+        ("detected_licenses", pa.list_(pa.string())),
+        ("license_type", pa.string()),
+        ("repo_name", pa.string()),
+        ("snapshot_id", pa.string()),
+        ("revision_id", pa.string()),
+        ("branch_name", pa.string()),
+        ("visit_date", pa.timestamp("ns")),
+        ("revision_date", pa.timestamp("ns")),
+        ("committer_date", pa.timestamp("ns")),
+        ("github_id", pa.int64()),
+        ("star_events_count", pa.int64()),
+        ("fork_events_count", pa.int64()),
+        ("gha_license_id", pa.string()),
+        ("gha_event_created_at", pa.timestamp("ns")),
+        ("gha_created_at", pa.timestamp("ns")),
+        ("gha_language", pa.string()),
+        ("src_encoding", pa.string()),
+        ("language", pa.string()),
+        ("is_vendor", pa.bool_()),
+        ("is_generated", pa.bool_()),
+        ("length_bytes", pa.int64()),
+        ("extension", pa.string()),
+    ]
+)
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "stackcurate",
+    "GIT_AUTHOR_EMAIL": "sample@stackcurate.invalid",
+    "GIT_COMMITTER_NAME": "stackcurate",
+    "GIT_COMMITTER_EMAIL": "sample@stackcurate.invalid",
+    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z",
+}
 
 
 @dataclass(frozen=True)
@@ -67,8 +91,9 @@ def _candidates() -> list[tuple[str, str, Path]]:
         if not root.is_dir():
             continue
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not (
-                name != "site" and d == "site-packages"))
+            dirnames[:] = sorted(
+                d for d in dirnames if d != "__pycache__" and not (name != "site" and d == "site-packages")
+            )
             rel_dir = Path(dirpath).relative_to(root)
             top = rel_dir.parts[0] if rel_dir.parts else ""
             repo = f"{name}-{top}" if name == "site" and top else name
@@ -98,12 +123,20 @@ def build_sample(out: str | Path, *, max_bytes: int = 20_000_000, max_files: int
         if not target.exists():
             target.write_bytes(gzip.compress(data, mtime=0))
         name = path.rsplit("/", 1)[-1]
-        rows.append({
-            "blob_id": blob, "path": "/" + path, "content_id": git_blob_hex(data), "detected_licenses": [],
-            "license_type": "no_license", "repo_name": repo, "branch_name": "refs/heads/main",
-            "src_encoding": None, "length_bytes": len(data),
-            "extension": name.rsplit(".", 1)[1] if "." in name.lstrip(".") else "",
-        })
+        rows.append(
+            {
+                "blob_id": blob,
+                "path": "/" + path,
+                "content_id": git_blob_hex(data),
+                "detected_licenses": [],
+                "license_type": "no_license",
+                "repo_name": repo,
+                "branch_name": "refs/heads/main",
+                "src_encoding": None,
+                "length_bytes": len(data),
+                "extension": name.rsplit(".", 1)[1] if "." in name.lstrip(".") else "",
+            }
+        )
         total += len(data)
     pq.write_table(pa.Table.from_pylist(rows, schema=STACK_V2_FILE_SCHEMA), out / "metadata" / "00000.parquet")
     bundles = _write_bundles(out / "vault", Path(sysconfig.get_paths()["stdlib"]) / "json")
@@ -112,8 +145,9 @@ def build_sample(out: str | Path, *, max_bytes: int = 20_000_000, max_files: int
 
 def _git(cwd: Path, *args: str) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True,
-                              env={**os.environ, **_GIT_ENV}).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env={**os.environ, **_GIT_ENV}
+        ).stdout.strip()
     except FileNotFoundError:
         raise StackcurateError("building vault bundles needs git on PATH; install git") from None
 

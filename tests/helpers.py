@@ -20,9 +20,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def stack_v2_layout(root: Path, files: list[tuple[str, bytes]], *, repo: str = "acme/widgets",
-                    objects: dict[str, bytes | None] | None = None, metadata_name: str = "00000.parquet",
-                    extra: dict[str, dict] | None = None) -> Path:
+def stack_v2_layout(
+    root: Path,
+    files: list[tuple[str, bytes]],
+    *,
+    repo: str = "acme/widgets",
+    objects: dict[str, bytes | None] | None = None,
+    metadata_name: str = "00000.parquet",
+    extra: dict[str, dict] | None = None,
+) -> Path:
     """Write `root/content/<sha1>` gzip objects and `root/metadata/<name>` for `(path, bytes)` files.
 
     `objects` replaces the stored object of a path with other bytes (or None: no object, a missing blob);
@@ -38,10 +44,22 @@ def stack_v2_layout(root: Path, files: list[tuple[str, bytes]], *, repo: str = "
         if stored is not None:
             (root / "content" / blob).write_bytes(stored)
         name = path.rsplit("/", 1)[-1]
-        rows.append({"blob_id": blob, "content_id": git_blob_hex(data), "path": path, "repo_name": repo,
-                     "detected_licenses": ["MIT"], "license_type": "permissive", "star_events_count": 3,
-                     "fork_events_count": 1, "src_encoding": "UTF-8", "length_bytes": len(data),
-                     "extension": name.rsplit(".", 1)[-1] if "." in name else "", **extra.get(path, {})})
+        rows.append(
+            {
+                "blob_id": blob,
+                "content_id": git_blob_hex(data),
+                "path": path,
+                "repo_name": repo,
+                "detected_licenses": ["MIT"],
+                "license_type": "permissive",
+                "star_events_count": 3,
+                "fork_events_count": 1,
+                "src_encoding": "UTF-8",
+                "length_bytes": len(data),
+                "extension": name.rsplit(".", 1)[-1] if "." in name else "",
+                **extra.get(path, {}),
+            }
+        )
     pq.write_table(pa.Table.from_pylist(rows, schema=STACK_V2_FILE_SCHEMA), root / "metadata" / metadata_name)
     return root
 
@@ -69,8 +87,17 @@ def file_member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") ->
 
 def make_table(files: list[tuple[str, str]], **columns: object) -> pa.Table:
     """File records for `(path, content)` pairs; `columns` sets a column to one value for every row."""
-    rows = [{"doc_id": i, "source": "test", "path": path, "content": content,
-             "length_bytes": len(content.encode()), **columns} for i, (path, content) in enumerate(files)]
+    rows = [
+        {
+            "doc_id": i,
+            "source": "test",
+            "path": path,
+            "content": content,
+            "length_bytes": len(content.encode()),
+            **columns,
+        }
+        for i, (path, content) in enumerate(files)
+    ]
     return pa.Table.from_pylist(rows, schema=FILE_SCHEMA)
 
 

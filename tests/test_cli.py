@@ -15,8 +15,23 @@ FILES = [("/a.py", b"import os\n"), ("/b.md", b"# Title\n"), ("/c.bin", b"\x00\x
 def ingested(tmp_path):
     stack_v2_layout(tmp_path / "store", FILES)
     out = tmp_path / "out"
-    assert main(["ingest", "--out", str(out), "--metadata", str(tmp_path / "store/metadata/*.parquet"),
-                 "--content", str(tmp_path / "store"), "--runner", "local", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "ingest",
+                "--out",
+                str(out),
+                "--metadata",
+                str(tmp_path / "store/metadata/*.parquet"),
+                "--content",
+                str(tmp_path / "store"),
+                "--runner",
+                "local",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -33,7 +48,9 @@ def test_ingest_without_input_says_what_to_pass(tmp_path, capsys):
 
 
 def test_missing_glob_is_one_line(tmp_path, capsys):
-    line = _one_line_error(capsys, ["ingest", "--out", str(tmp_path / "o"), "--bundles", str(tmp_path / "no/*.tar.gz")])
+    line = _one_line_error(
+        capsys, ["ingest", "--out", str(tmp_path / "o"), "--bundles", str(tmp_path / "no/*.tar.gz")]
+    )
     assert "no bundle file matches" in line
 
 
@@ -49,8 +66,9 @@ def test_typo_in_config_file_gets_a_suggestion(tmp_path, capsys):
 
 
 def test_bad_flag_type_is_one_line(tmp_path, capsys):
-    line = _one_line_error(capsys, ["ingest", "--out", str(tmp_path / "o"), "--repos", str(tmp_path),
-                                    "--max-bytes", "lots"])
+    line = _one_line_error(
+        capsys, ["ingest", "--out", str(tmp_path / "o"), "--repos", str(tmp_path), "--max-bytes", "lots"]
+    )
     assert "max_bytes" in line and "int" in line
 
 
@@ -66,8 +84,21 @@ def test_pipeline_typo_and_order_errors(tmp_path, capsys):
 def test_dry_run_writes_nothing(tmp_path, capsys):
     stack_v2_layout(tmp_path / "store", FILES)
     out = tmp_path / "out"
-    assert main(["ingest", "--out", str(out), "--metadata", str(tmp_path / "store/metadata/*.parquet"),
-                 "--content", str(tmp_path / "store"), "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "ingest",
+                "--out",
+                str(out),
+                "--metadata",
+                str(tmp_path / "store/metadata/*.parquet"),
+                "--content",
+                str(tmp_path / "store"),
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "1 stack_v2 shard(s)" in captured.out and "max_bytes: 1000000" in captured.err
     assert not out.exists()
@@ -78,8 +109,9 @@ def test_query_views_and_formats(ingested, capsys):
     assert main(["query", str(ingested)]) == 0
     assert capsys.readouterr().out.split() == ["ingest", "ingest_removed", "ingest_errors", "stats"]
     assert main(["query", str(ingested), "select path, reason from ingest_removed", "--format", "json"]) == 0
-    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [{"path": "/c.bin",
-                                                                                   "reason": "binary"}]
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
+        {"path": "/c.bin", "reason": "binary"}
+    ]
     assert main(["query", str(ingested), "select count(*) as n from ingest", "--format", "csv"]) == 0
     assert capsys.readouterr().out.split() == ['"n"', "2"]
 

@@ -21,8 +21,10 @@ def test_pipeline_matches_golden(tmp_path, runner, request):
     from make_mini import outcome
 
     out = tmp_path / "out"
-    assert main(["run", str(FIXTURES / "mini" / "pipeline.yaml"), "--out", str(out), "--runner", runner,
-                 "--no-progress"]) == 0
+    assert (
+        main(["run", str(FIXTURES / "mini" / "pipeline.yaml"), "--out", str(out), "--runner", runner, "--no-progress"])
+        == 0
+    )
     assert outcome(out) == json.loads((FIXTURES / "mini_golden.json").read_text())
     latin1 = duckdb.sql(f"select content, src_encoding from '{out}/language/*.parquet' where path = '/latin1.py'")
     assert latin1.fetchall() == [("# caf\u00e9 cr\u00e8me\nprint('ok')\n", "Windows-1252")]
@@ -30,8 +32,15 @@ def test_pipeline_matches_golden(tmp_path, runner, request):
 
 
 def test_rerun_of_a_finished_pipeline_redoes_nothing(tmp_path, capsys):
-    args = ["run", str(FIXTURES / "mini" / "pipeline.yaml"), "--out", str(tmp_path / "out"), "--runner", "local",
-            "--no-progress"]
+    args = [
+        "run",
+        str(FIXTURES / "mini" / "pipeline.yaml"),
+        "--out",
+        str(tmp_path / "out"),
+        "--runner",
+        "local",
+        "--no-progress",
+    ]
     assert main(args) == 0
     capsys.readouterr()
     assert main(args) == 0

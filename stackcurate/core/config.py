@@ -120,8 +120,9 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         default = f.default if f.default is not dataclasses.MISSING else None
         help_text = f"{f.metadata.get('help', '')} (default: {default!r})"
         if inner is bool:
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                               help=help_text)
+            group.add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text
+            )
         elif typing.get_origin(inner) is tuple:
             group.add_argument(flag, dest=f.name, nargs="+", default=argparse.SUPPRESS, help=help_text)
         else:

@@ -73,8 +73,9 @@ def expand(fs: pafs.FileSystem, pattern: str, *, suffix: str = "") -> list[str]:
     base = pattern[: match.start()].rpartition("/")[0] or "/"
     regex = _glob_regex(pattern)
     try:
-        found = fs.get_file_info(pafs.FileSelector(base, recursive="**" in pattern or "/" in pattern[match.start():],
-                                                   allow_not_found=True))
+        found = fs.get_file_info(
+            pafs.FileSelector(base, recursive="**" in pattern or "/" in pattern[match.start() :], allow_not_found=True)
+        )
     except OSError:
         return []
     return sorted(i.path for i in found if i.type == pafs.FileType.File and regex.fullmatch(i.path))

@@ -121,14 +121,16 @@ class StageDir:
         """Create the folder for a run with this plan; return the shards already finished by an earlier run."""
         plan_path = io.join(self.root, "_plan.json")
         if io.exists(self.fs, self.root):
-            previous = json.loads(io.read_text(self.fs, plan_path))["fingerprint"] if io.exists(
-                self.fs, plan_path) else None
+            previous = (
+                json.loads(io.read_text(self.fs, plan_path))["fingerprint"] if io.exists(self.fs, plan_path) else None
+            )
             if overwrite or previous is None:
                 self.fs.delete_dir(self.root)
             elif previous != fingerprint:
                 raise StackcurateError(
                     f"{self.uri} holds output of a different input or config; pass --overwrite to replace it "
-                    "or choose another --out")
+                    "or choose another --out"
+                )
         for sub in ("", "removed", "errors", "stats", "_shards"):
             self.fs.create_dir(io.join(self.root, sub) if sub else self.root, recursive=True)
         self._remove_temporaries()
@@ -149,15 +151,17 @@ class StageDir:
 
 
 def plan_fingerprint(stage: str, config: dict[str, Any], shards: list[Shard]) -> str:
-    payload = json.dumps({"stage": stage, "config": config, "shards": [asdict(s) for s in shards]},
-                         sort_keys=True, default=str)
+    payload = json.dumps(
+        {"stage": stage, "config": config, "shards": [asdict(s) for s in shards]}, sort_keys=True, default=str
+    )
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def error_row(shard: Shard, source: str, reason: str, detail: str) -> pa.Table:
     """A single bad-input row that stands for the whole shard (e.g. an unreadable input file)."""
     return pa.Table.from_pylist(
-        [{"source": source, "origin": shard.path, "reason": reason, "detail": detail[:2000]}], schema=ERROR_SCHEMA)
+        [{"source": source, "origin": shard.path, "reason": reason, "detail": detail[:2000]}], schema=ERROR_SCHEMA
+    )
 
 
 class _Counters:
@@ -182,16 +186,27 @@ class _Counters:
             size = pc.fill_null(table.column("length_bytes"), 0).cast(pa.int64())
         else:
             size = pa.array([0] * n, pa.int64())
-        grouped = pa.table({"language": language, "reason": reason, "size": size}).group_by(
-            ["language", "reason"], use_threads=False).aggregate([([], "count_all"), ("size", "sum")])
+        grouped = (
+            pa.table({"language": language, "reason": reason, "size": size})
+            .group_by(["language", "reason"], use_threads=False)
+            .aggregate([([], "count_all"), ("size", "sum")])
+        )
         for row in grouped.to_pylist():
             self.add(f"docs_{prefix}", row["language"], row["reason"], row["count_all"])
             self.add(f"bytes_{prefix}", row["language"], row["reason"], row["size_sum"] or 0)
 
     def table(self, run_id: str, stage: str, shard: int) -> pa.Table:
         rows = [
-            {"run_id": run_id, "stage": stage, "shard": shard, "metric": m, "language": lang, "reason": r,
-             "value": v, "unit": m.split("_", 1)[0] if m != "seconds" else "seconds"}
+            {
+                "run_id": run_id,
+                "stage": stage,
+                "shard": shard,
+                "metric": m,
+                "language": lang,
+                "reason": r,
+                "value": v,
+                "unit": m.split("_", 1)[0] if m != "seconds" else "seconds",
+            }
             for (m, lang, r), v in sorted(self.values.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
         ]
         return pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
@@ -269,8 +284,9 @@ def read_records(shard: Shard, batch_rows: int, s3: io.S3Options | None = None) 
     yield from io.scan_parquet_slice(fs, path, shard.start, shard.stop, batch_rows=batch_rows)
 
 
-def plan_parquet(files: list[str], rows_per_shard: int, s3: io.S3Options | None = None,
-                 kind: str = "parquet") -> list[Shard]:
+def plan_parquet(
+    files: list[str], rows_per_shard: int, s3: io.S3Options | None = None, kind: str = "parquet"
+) -> list[Shard]:
     """Split Parquet files into shards of at most `rows_per_shard` rows, in file order."""
     shards: list[Shard] = []
     for source_index, uri in enumerate(files):
@@ -278,10 +294,25 @@ def plan_parquet(files: list[str], rows_per_shard: int, s3: io.S3Options | None 
         try:
             n = io.parquet_num_rows(fs, path)
         except (OSError, pa.ArrowException) as exc:
-            shards.append(Shard(index=len(shards), kind="unreadable", path=uri, source_index=source_index,
-                                detail=f"{type(exc).__name__}: {exc}"))
+            shards.append(
+                Shard(
+                    index=len(shards),
+                    kind="unreadable",
+                    path=uri,
+                    source_index=source_index,
+                    detail=f"{type(exc).__name__}: {exc}",
+                )
+            )
             continue
         for start in range(0, n, rows_per_shard):
-            shards.append(Shard(index=len(shards), kind=kind, path=uri, source_index=source_index, start=start,
-                                stop=min(n, start + rows_per_shard)))
+            shards.append(
+                Shard(
+                    index=len(shards),
+                    kind=kind,
+                    path=uri,
+                    source_index=source_index,
+                    start=start,
+                    stop=min(n, start + rows_per_shard),
+                )
+            )
     return shards

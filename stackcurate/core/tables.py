@@ -6,8 +6,9 @@ from pathlib import Path
 from stackcurate.core.errors import StackcurateError
 
 
-def read_name_list(path: str | Path, *, is_valid: Callable[[str], bool] | None = None,
-                   what: str = "name") -> tuple[str, ...]:
+def read_name_list(
+    path: str | Path, *, is_valid: Callable[[str], bool] | None = None, what: str = "name"
+) -> tuple[str, ...]:
     """Read a one-name-per-line list (`#` starts a comment line); reject blanks-only files and invalid names."""
     path = Path(path)
     if not path.is_file():

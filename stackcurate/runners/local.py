@@ -7,8 +7,9 @@ from tqdm import tqdm
 from stackcurate.core.stage import Shard, StageDir, StageFactory, run_shard
 
 
-def run(factory: StageFactory, shards: list[Shard], out: StageDir, run_id: str, *,
-        progress: bool = True) -> list[dict[str, Any]]:
+def run(
+    factory: StageFactory, shards: list[Shard], out: StageDir, run_id: str, *, progress: bool = True
+) -> list[dict[str, Any]]:
     stage = factory()
     summaries = []
     with tqdm(total=len(shards), desc=stage.name, unit="shard", disable=not progress) as bar:

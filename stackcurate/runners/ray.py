@@ -23,7 +23,9 @@ def init(address: str | None = None, num_cpus: int | None = None) -> None:
     try:
         import ray
     except ImportError:
-        raise StackcurateError("the Ray runner needs Ray: install `stackcurate[ray]`, or pass --runner local") from None
+        raise StackcurateError(
+            "the Ray runner needs Ray: install `stackcurate[ray]`, or pass --runner local"
+        ) from None
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
@@ -52,8 +54,16 @@ class _ShardWorker:
         return pa.Table.from_pylist(summaries)
 
 
-def run(factory: StageFactory, shards: list[Shard], out: StageDir, run_id: str, *, address: str | None = None,
-        workers: int | None = None, progress: bool = True) -> list[dict[str, Any]]:
+def run(
+    factory: StageFactory,
+    shards: list[Shard],
+    out: StageDir,
+    run_id: str,
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     init(address, workers)
     import ray
 
@@ -63,11 +73,17 @@ def run(factory: StageFactory, shards: list[Shard], out: StageDir, run_id: str, 
     available = int(ray.cluster_resources().get("CPU", 1))
     concurrency = max(1, min(workers or available, len(shards)))
     dataset = ray.data.from_items([asdict(s) for s in shards], override_num_blocks=len(shards)).map_batches(
-        _ShardWorker, fn_constructor_args=(factory, out, run_id), batch_size=1, batch_format="pyarrow",
-        concurrency=concurrency, num_cpus=1)  # Ray Data restarts dead actors and retries their shards by default
+        _ShardWorker,
+        fn_constructor_args=(factory, out, run_id),
+        batch_size=1,
+        batch_format="pyarrow",
+        concurrency=concurrency,
+        num_cpus=1,
+    )  # Ray Data restarts dead actors and retries their shards by default
     summaries: list[dict[str, Any]] = []
-    with tqdm(total=len(shards), desc=f"{out.stage} ({concurrency} workers)", unit="shard",
-              disable=not progress) as bar:
+    with tqdm(
+        total=len(shards), desc=f"{out.stage} ({concurrency} workers)", unit="shard", disable=not progress
+    ) as bar:
         for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
             summaries += batch.to_pylist()
             bar.update(batch.num_rows)

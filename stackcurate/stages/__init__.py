@@ -41,8 +41,9 @@ def plan_records(cfg: Any, input_uri: str | None) -> list[Shard]:
 def _ingest() -> StageSpec:
     from stackcurate.stages import ingest
 
-    return StageSpec("ingest", ingest.IngestConfig, ingest.IngestStage, lambda cfg, _: ingest.plan(cfg),
-                     reads_records=False)
+    return StageSpec(
+        "ingest", ingest.IngestConfig, ingest.IngestStage, lambda cfg, _: ingest.plan(cfg), reads_records=False
+    )
 
 
 def _language() -> StageSpec:

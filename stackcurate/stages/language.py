@@ -29,8 +29,11 @@ from stackcurate.core.tables import read_name_list
 class LanguageConfig:
     """Which languages to keep, and whether vendored or generated files go."""
 
-    languages: str | None = option(None, "file listing the languages to keep, one enry name a line (under "
-                                         "filters/languages/); null keeps every file", path=True)
+    languages: str | None = option(
+        None,
+        "file listing the languages to keep, one enry name a line (under filters/languages/); null keeps every file",
+        path=True,
+    )
     drop_vendor: bool = option(False, "drop files enry calls vendored (The Stack v2 keeps them, flagged)")
     drop_generated: bool = option(False, "drop files enry calls generated (The Stack v2 keeps them, flagged)")
     batch_rows: int = option(1024, "rows per in-memory batch")
@@ -55,8 +58,11 @@ def detect(table: pa.Table) -> pa.Table:
         languages.append(enry.get_language(rel, data) or None)
         vendor.append(bool(enry.is_vendor(rel)))
         generated.append(bool(enry.is_generated(rel, data)))
-    columns = {"language": pa.array(languages, pa.string()), "is_vendor": pa.array(vendor, pa.bool_()),
-               "is_generated": pa.array(generated, pa.bool_())}
+    columns = {
+        "language": pa.array(languages, pa.string()),
+        "is_vendor": pa.array(vendor, pa.bool_()),
+        "is_generated": pa.array(generated, pa.bool_()),
+    }
     for name, column in columns.items():
         index = table.schema.get_field_index(name)
         table = table.set_column(index, name, column) if index >= 0 else table.append_column(name, column)
@@ -78,8 +84,11 @@ class LanguageStage:
 
     def __init__(self, cfg: LanguageConfig) -> None:
         self.cfg = cfg
-        self.keep = (pa.array(read_name_list(cfg.languages, is_valid=is_enry_language, what="enry language"))
-                     if cfg.languages else None)
+        self.keep = (
+            pa.array(read_name_list(cfg.languages, is_valid=is_enry_language, what="enry language"))
+            if cfg.languages
+            else None
+        )
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         return read_records(shard, self.cfg.batch_rows)

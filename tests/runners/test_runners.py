@@ -28,15 +28,20 @@ FILES = [
 
 def _input(tmp_path: Path, shards: int = 3) -> Path:
     tables = [make_table(FILES, repo_name=f"acme/r{i}") for i in range(shards)]
-    tables = [t.set_column(0, "doc_id", pa.array([i * 100 + j for j in range(t.num_rows)], pa.int64()))
-              for i, t in enumerate(tables)]
+    tables = [
+        t.set_column(0, "doc_id", pa.array([i * 100 + j for j in range(t.num_rows)], pa.int64()))
+        for i, t in enumerate(tables)
+    ]
     return write_records(tmp_path / "in", tables)
 
 
 def _files(stage_dir: Path) -> dict[str, bytes]:
     """Every committed data file of a stage folder (not stats: they hold run ids and timings)."""
-    return {p.relative_to(stage_dir).as_posix(): p.read_bytes()
-            for p in sorted(stage_dir.rglob("*.parquet")) if "stats" not in p.parts}
+    return {
+        p.relative_to(stage_dir).as_posix(): p.read_bytes()
+        for p in sorted(stage_dir.rglob("*.parquet"))
+        if "stats" not in p.parts
+    }
 
 
 def _language(tmp_path: Path, out: str, opts: RunOptions, **cfg) -> object:
@@ -50,7 +55,11 @@ def test_local_and_ray_runners_write_identical_files(tmp_path, ray_local):
     _input(tmp_path)
     local = _language(tmp_path, "local", RunOptions(runner="local", progress=False))
     on_ray = _language(tmp_path, "ray", RunOptions(runner="ray", progress=False))
-    assert (local.docs_in, local.docs_out, local.docs_removed) == (on_ray.docs_in, on_ray.docs_out, on_ray.docs_removed)
+    assert (local.docs_in, local.docs_out, local.docs_removed) == (
+        on_ray.docs_in,
+        on_ray.docs_out,
+        on_ray.docs_removed,
+    )
     assert local.docs_out > 0 and local.docs_removed > 0
     assert _files(tmp_path / "local/language") == _files(tmp_path / "ray/language")
 
@@ -133,14 +142,39 @@ def test_ray_address_runs_on_an_existing_cluster(tmp_path):
     # A loopback-only throwaway cluster: token auth (on by default since Ray 2.5x) is turned off for it.
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     head = subprocess.Popen(
-        ["ray", "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
-         "--disable-usage-stats", "--block", "--node-ip-address=127.0.0.1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+        [
+            "ray",
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
     try:
         out = tmp_path / "cluster"
-        cmd = [sys.executable, "-m", "stackcurate.cli", "language", "--out", str(out), "--input", str(tmp_path / "in"),
-               "--languages", "filters/languages/starcoder2_smol_v1.txt", "--ray-address", f"127.0.0.1:{port}",
-               "--no-progress"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "stackcurate.cli",
+            "language",
+            "--out",
+            str(out),
+            "--input",
+            str(tmp_path / "in"),
+            "--languages",
+            "filters/languages/starcoder2_smol_v1.txt",
+            "--ray-address",
+            f"127.0.0.1:{port}",
+            "--no-progress",
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=100)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "(1 workers)" in done.stderr or "language:" in done.stdout

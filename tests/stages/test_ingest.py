@@ -30,9 +30,16 @@ from stackcurate.stages.ingest.content import decode, git_blob_hex, sha1_hex
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
 
 DIR_HEX = sha1_hex(b"a directory")
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.invalid", "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z",
-           "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
@@ -60,13 +67,19 @@ class Ingested:
 
 def ingest(out: Path, **values: object) -> Ingested:
     spec = get_stage("ingest")
-    values = {k: ([str(x) for x in v] if isinstance(v, list | tuple) else (str(v) if isinstance(v, Path) else v))
-              for k, v in values.items()}
+    values = {
+        k: ([str(x) for x in v] if isinstance(v, list | tuple) else (str(v) if isinstance(v, Path) else v))
+        for k, v in values.items()
+    }
     cfg = build_config(spec.config_cls, values)
     result = run_stage(spec, cfg, str(out), RunOptions(runner="local", progress=False))
     stage = out / "ingest"
-    return Ingested(result, read_all(stage, FILE_SCHEMA), read_all(stage / "removed", with_reason(FILE_SCHEMA)),
-                    read_all(stage / "errors", ERROR_SCHEMA))
+    return Ingested(
+        result,
+        read_all(stage, FILE_SCHEMA),
+        read_all(stage / "removed", with_reason(FILE_SCHEMA)),
+        read_all(stage / "errors", ERROR_SCHEMA),
+    )
 
 
 def snapshot(root: Path, skip: str = "out") -> set[str]:
@@ -81,8 +94,13 @@ def snapshot(root: Path, skip: str = "out") -> set[str]:
 
 
 def git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", *args], cwd=cwd,
-                         check=True, capture_output=True, env={**os.environ, **GIT_ENV})
+    out = subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        env={**os.environ, **GIT_ENV},
+    )
     return out.stdout.decode().strip()
 
 
@@ -101,8 +119,9 @@ def committed_repo(root: Path, files: dict[str, bytes]) -> str:
     return git(root, "rev-parse", "HEAD")
 
 
-def flat_bundle(folder: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], hex_id: str = DIR_HEX,
-                mode: str = "w:gz") -> Path:
+def flat_bundle(
+    folder: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], hex_id: str = DIR_HEX, mode: str = "w:gz"
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"swh:1:dir:{hex_id}.tar.gz"
     path.write_bytes(tar_bytes([(file_member(f"swh:1:dir:{hex_id}", tarfile.DIRTYPE), None), *members], mode=mode))
@@ -113,8 +132,9 @@ def in_dir(name: str, hex_id: str = DIR_HEX) -> str:
     return f"swh:1:dir:{hex_id}/{name}"
 
 
-def git_bare_bundle(tmp_path: Path, files: dict[str, bytes],
-                    extra: list[tuple[tarfile.TarInfo, bytes | None]] = ()) -> tuple[Path, str, str]:
+def git_bare_bundle(
+    tmp_path: Path, files: dict[str, bytes], extra: list[tuple[tarfile.TarInfo, bytes | None]] = ()
+) -> tuple[Path, str, str]:
     """A real git-bare vault bundle of a one-commit repository; returns (bundle, commit, tree)."""
     src = tmp_path / "gitsrc"
     commit = committed_repo(src, files)
@@ -138,8 +158,11 @@ def git_bare_bundle(tmp_path: Path, files: dict[str, bytes],
 
 # --- The Stack v2 layout ------------------------------------------------------------------------------------
 
-GOOD = [("/src/app.py", b"import os\nprint(os.getcwd())\n"), ("/README.md", b"# Widgets\n\nHello.\n"),
-        ("/lib/util.c", b"int add(int a, int b) { return a + b; }\n")]
+GOOD = [
+    ("/src/app.py", b"import os\nprint(os.getcwd())\n"),
+    ("/README.md", b"# Widgets\n\nHello.\n"),
+    ("/lib/util.c", b"int add(int a, int b) { return a + b; }\n"),
+]
 
 
 def check_stack_v2_kept(got: Ingested, files: list[tuple[str, bytes]], *, n_rows: int) -> None:
@@ -157,8 +180,11 @@ def check_stack_v2_kept(got: Ingested, files: list[tuple[str, bytes]], *, n_rows
         assert row["star_events_count"] == 3 and row["fork_events_count"] == 1
         assert row["length_bytes"] == len(data)
         assert row["path"].startswith("/")
-    ids = got.kept.column("doc_id").to_pylist() + got.removed.column("doc_id").to_pylist() + \
-        got.errors.column("doc_id").to_pylist()
+    ids = (
+        got.kept.column("doc_id").to_pylist()
+        + got.removed.column("doc_id").to_pylist()
+        + got.errors.column("doc_id").to_pylist()
+    )
     assert sorted(ids) == list(range(n_rows)), "one row out per metadata row, doc_id = ordinal in source 0"
 
 
@@ -199,8 +225,13 @@ def test_stack_v2_s3_store_signed(tmp_path, s3_endpoint):
     files = [*GOOD, ("/gone.py", b"print('gone')\n")]
     root = stack_v2_layout(tmp_path / "sv2", files, objects={"/gone.py": None})
     store = _upload_store(s3_endpoint, root, None)
-    got = ingest(tmp_path / "out", metadata=[root / "metadata/*.parquet"], content=store, s3_endpoint=s3_endpoint,
-                 s3_anonymous=False)
+    got = ingest(
+        tmp_path / "out",
+        metadata=[root / "metadata/*.parquet"],
+        content=store,
+        s3_endpoint=s3_endpoint,
+        s3_anonymous=False,
+    )
     check_stack_v2_kept(got, GOOD, n_rows=4)
     assert got.reasons("errors") == {"/gone.py": "missing_blob"}
 
@@ -210,8 +241,9 @@ def test_stack_v2_s3_store_signed(tmp_path, s3_endpoint):
 
 def test_declared_windows_1252(tmp_path):
     text = "# Café – naïve “quotes” € 5\nprint('déjà')\n"
-    root = stack_v2_layout(tmp_path / "sv2", [("/cafe.py", text.encode("cp1252"))],
-                           extra={"/cafe.py": {"src_encoding": "Windows-1252"}})
+    root = stack_v2_layout(
+        tmp_path / "sv2", [("/cafe.py", text.encode("cp1252"))], extra={"/cafe.py": {"src_encoding": "Windows-1252"}}
+    )
     got = ingest(tmp_path / "out", metadata=[root / "metadata"], content=root)
     row = got.kept_by_path()["/cafe.py"]
     assert row["content"] == text
@@ -288,19 +320,42 @@ def test_bad_inputs_become_rows_and_good_files_are_kept(tmp_path):
     }
     files = good + [(p, data) for p, (data, _) in bad.items()]
     objects = {p: obj for p, (_, obj) in bad.items() if obj is not None or p == "/missing.py"}
-    root = stack_v2_layout(tmp_path / "sv2", files, objects=objects, extra={
-        "/accented.txt": {"src_encoding": "Windows-1252"}, "/bad_cid.py": {"content_id": "0" * 40},
-        "/bad_blob_id.py": {"blob_id": "not-a-sha1"}})
-    got = ingest(tmp_path / "out", metadata=[root / "metadata/*.parquet"], content=root, max_bytes=100_000,
-                 max_compressed_bytes=60_000)
+    root = stack_v2_layout(
+        tmp_path / "sv2",
+        files,
+        objects=objects,
+        extra={
+            "/accented.txt": {"src_encoding": "Windows-1252"},
+            "/bad_cid.py": {"content_id": "0" * 40},
+            "/bad_blob_id.py": {"blob_id": "not-a-sha1"},
+        },
+    )
+    got = ingest(
+        tmp_path / "out",
+        metadata=[root / "metadata/*.parquet"],
+        content=root,
+        max_bytes=100_000,
+        max_compressed_bytes=60_000,
+    )
 
     assert got.reasons("errors") == {
-        "/truncated.py": "corrupt_gzip", "/notgz.py": "corrupt_gzip", "/missing.py": "missing_blob",
-        "/mismatch.py": "hash_mismatch", "/undecodable.txt": "undecodable", "/bomb.txt": "decompression_bomb",
-        "/bad_cid.py": "hash_mismatch", "/bad_blob_id.py": "missing_blob"}
+        "/truncated.py": "corrupt_gzip",
+        "/notgz.py": "corrupt_gzip",
+        "/missing.py": "missing_blob",
+        "/mismatch.py": "hash_mismatch",
+        "/undecodable.txt": "undecodable",
+        "/bomb.txt": "decompression_bomb",
+        "/bad_cid.py": "hash_mismatch",
+        "/bad_blob_id.py": "missing_blob",
+    }
     assert got.reasons("removed") == {
-        "/nul.c": "binary", "/empty.txt": "empty", "/big.py": "too_large", "/accented.txt": "too_large",
-        "/noise.bin": "too_large", "/hidden.py": "swh_placeholder"}
+        "/nul.c": "binary",
+        "/empty.txt": "empty",
+        "/big.py": "too_large",
+        "/accented.txt": "too_large",
+        "/noise.bin": "too_large",
+        "/hidden.py": "swh_placeholder",
+    }
     kept = got.kept_by_path()
     assert set(kept) == {p for p, _ in good}
     assert all(kept[p]["content"] == data.decode() for p, data in good)
@@ -333,18 +388,21 @@ def test_flat_bundle_files_and_unsafe_members(tmp_path, monkeypatch):
     work.mkdir()
     monkeypatch.chdir(work)
     readme, main = b"# Project\n", b"def main():\n    return 0\n"
-    bundle = flat_bundle(tmp_path / "bundles", [
-        (file_member(in_dir("README.md")), readme),
-        (file_member(in_dir("src"), tarfile.DIRTYPE), None),
-        (file_member(in_dir("src/main.py")), main),
-        (file_member("../escape.txt"), b"escaped\n"),
-        (file_member(f"/{tmp_path.name}-abs/path.txt"), b"absolute\n"),
-        (file_member(in_dir("evil"), tarfile.SYMTYPE, "../../etc/passwd"), None),
-        (file_member(in_dir("hard"), tarfile.LNKTYPE, "/etc/passwd"), None),
-        (file_member(in_dir("chardev"), tarfile.CHRTYPE), None),
-        (file_member(in_dir("pipe"), tarfile.FIFOTYPE), None),
-        (file_member(in_dir("link.py"), tarfile.SYMTYPE, "src/main.py"), None),
-    ])
+    bundle = flat_bundle(
+        tmp_path / "bundles",
+        [
+            (file_member(in_dir("README.md")), readme),
+            (file_member(in_dir("src"), tarfile.DIRTYPE), None),
+            (file_member(in_dir("src/main.py")), main),
+            (file_member("../escape.txt"), b"escaped\n"),
+            (file_member(f"/{tmp_path.name}-abs/path.txt"), b"absolute\n"),
+            (file_member(in_dir("evil"), tarfile.SYMTYPE, "../../etc/passwd"), None),
+            (file_member(in_dir("hard"), tarfile.LNKTYPE, "/etc/passwd"), None),
+            (file_member(in_dir("chardev"), tarfile.CHRTYPE), None),
+            (file_member(in_dir("pipe"), tarfile.FIFOTYPE), None),
+            (file_member(in_dir("link.py"), tarfile.SYMTYPE, "src/main.py"), None),
+        ],
+    )
     before = snapshot(tmp_path)
     got = ingest(tmp_path / "out", bundles=[bundle])
 
@@ -358,9 +416,14 @@ def test_flat_bundle_files_and_unsafe_members(tmp_path, monkeypatch):
         assert row["source"] == "vault_flat"
         assert row["content_id"] == git_blob_hex(data) and row["blob_id"] == sha1_hex(data)
         assert row["swhid"] == f"swh:1:cnt:{git_blob_hex(data)}"
-    assert got.reasons("errors") == {"/../escape.txt": "unsafe_member", f"/{tmp_path.name}-abs/path.txt":
-                                     "unsafe_member", "/evil": "unsafe_member", "/hard": "unsafe_member",
-                                     "/chardev": "unsafe_member", "/pipe": "unsafe_member"}
+    assert got.reasons("errors") == {
+        "/../escape.txt": "unsafe_member",
+        f"/{tmp_path.name}-abs/path.txt": "unsafe_member",
+        "/evil": "unsafe_member",
+        "/hard": "unsafe_member",
+        "/chardev": "unsafe_member",
+        "/pipe": "unsafe_member",
+    }
     assert got.reasons("removed") == {"/link.py": "symlink"}
 
     assert snapshot(tmp_path) == before
@@ -372,9 +435,14 @@ def test_flat_bundle_files_and_unsafe_members(tmp_path, monkeypatch):
 
 def test_truncated_flat_bundle_keeps_members_before_the_cut(tmp_path):
     noise = random.Random(7).randbytes(100_000).hex().encode()  # compresses only ~2x: the cut lands in it
-    bundle = flat_bundle(tmp_path / "bundles", [(file_member(in_dir("first.py")), b"first = 1\n"),
-                                                (file_member(in_dir("second.txt")), noise),
-                                                (file_member(in_dir("third.py")), b"third = 3\n")])
+    bundle = flat_bundle(
+        tmp_path / "bundles",
+        [
+            (file_member(in_dir("first.py")), b"first = 1\n"),
+            (file_member(in_dir("second.txt")), noise),
+            (file_member(in_dir("third.py")), b"third = 3\n"),
+        ],
+    )
     data = bundle.read_bytes()
     bundle.write_bytes(data[: len(data) // 2])
     got = ingest(tmp_path / "out", bundles=[bundle])
@@ -412,18 +480,25 @@ def test_git_bare_bundle_with_unsafe_members(tmp_path):
     scratch = tmp_path / "scratch" / "inner"
     scratch.mkdir(parents=True)
     # Built before the commit is known, so the symlink is named in a folder that exists in every bundle.
-    extra = [(file_member("../evil"), b"evil\n"), (file_member("../../evil2"), b"evil\n"),
-             (file_member(f"/{tmp_path.name}-abs-evil"), b"evil\n"),
-             (file_member("escape_link", tarfile.SYMTYPE, "../../../etc/passwd"), None),
-             (file_member("dev0", tarfile.CHRTYPE), None)]
+    extra = [
+        (file_member("../evil"), b"evil\n"),
+        (file_member("../../evil2"), b"evil\n"),
+        (file_member(f"/{tmp_path.name}-abs-evil"), b"evil\n"),
+        (file_member("escape_link", tarfile.SYMTYPE, "../../../etc/passwd"), None),
+        (file_member("dev0", tarfile.CHRTYPE), None),
+    ]
     bundle, commit, _ = git_bare_bundle(tmp_path, files, extra)
     before = snapshot(tmp_path)
     got = ingest(tmp_path / "out", bundles=[bundle], tmp_dir=scratch)
     assert set(got.kept_by_path()) == {"/a.py", "/pkg/b.py"}
     assert got.kept_by_path()["/a.py"]["revision_id"] == commit
-    assert got.reasons("errors") == {"/../evil": "unsafe_member", "/../../evil2": "unsafe_member",
-                                     f"/{tmp_path.name}-abs-evil": "unsafe_member",
-                                     "/escape_link": "unsafe_member", "/dev0": "unsafe_member"}
+    assert got.reasons("errors") == {
+        "/../evil": "unsafe_member",
+        "/../../evil2": "unsafe_member",
+        f"/{tmp_path.name}-abs-evil": "unsafe_member",
+        "/escape_link": "unsafe_member",
+        "/dev0": "unsafe_member",
+    }
     assert snapshot(tmp_path) == before
     assert not (scratch / "evil").exists() and not (scratch.parent / "evil2").exists()
     assert not (tmp_path / "evil").exists() and not Path(f"/{tmp_path.name}-abs-evil").exists()
@@ -508,8 +583,9 @@ def test_tree_depth_limit(tmp_path, kind):
 def test_same_inputs_same_output_whatever_the_sharding(tmp_path):
     files = [(f"/f{i}.py", f"x = {i}\n".encode()) for i in range(5)]
     root = stack_v2_layout(tmp_path / "sv2", files, objects={"/f3.py": None})
-    bundle = flat_bundle(tmp_path / "bundles", [(file_member(in_dir("x.py")), b"X = 1\n"),
-                                                (file_member(in_dir("y.py")), b"Y = 2\n")])
+    bundle = flat_bundle(
+        tmp_path / "bundles", [(file_member(in_dir("x.py")), b"X = 1\n"), (file_member(in_dir("y.py")), b"Y = 2\n")]
+    )
     repo = write_files(tmp_path / "proj", {"p.py": b"P = 1\n", "q/q.py": b"Q = 1\n"})
     inputs = {"metadata": [root / "metadata/*.parquet"], "content": root, "bundles": [bundle], "repos": [repo]}
 
@@ -541,16 +617,27 @@ def _user_error_cases(tmp_path: Path) -> dict[str, tuple[dict, str]]:
     return {
         "no_inputs": ({}, "needs an input"),
         "metadata_without_content": ({"metadata": [str(root / "metadata/*.parquet")]}, "needs --content"),
-        "metadata_glob_matches_nothing": ({"metadata": [str(tmp_path / "nowhere/*.parquet")], "content": str(root)},
-                                          "no metadata file matches"),
+        "metadata_glob_matches_nothing": (
+            {"metadata": [str(tmp_path / "nowhere/*.parquet")], "content": str(root)},
+            "no metadata file matches",
+        ),
         "bundle_glob_matches_nothing": ({"bundles": [str(tmp_path / "nowhere/*.tar.gz")]}, "no bundle file matches"),
         "unknown_bundle_kind": ({"bundles": [str(odd)]}, "cannot tell the vault bundle kind"),
         "repo_not_a_folder": ({"repos": [str(tmp_path / "no-such-repo")]}, "is not a folder"),
     }
 
 
-@pytest.mark.parametrize("case", ["no_inputs", "metadata_without_content", "metadata_glob_matches_nothing",
-                                  "bundle_glob_matches_nothing", "unknown_bundle_kind", "repo_not_a_folder"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "no_inputs",
+        "metadata_without_content",
+        "metadata_glob_matches_nothing",
+        "bundle_glob_matches_nothing",
+        "unknown_bundle_kind",
+        "repo_not_a_folder",
+    ],
+)
 def test_user_errors(tmp_path, case):
     values, phrase = _user_error_cases(tmp_path)[case]
     spec = get_stage("ingest")

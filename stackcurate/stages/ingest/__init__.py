@@ -34,8 +34,19 @@ from stackcurate.core.stage import Shard, StageOutput, plan_parquet
 from stackcurate.stages.ingest import sources
 from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placeholder, sha1_hex
 
-ERROR_REASONS = frozenset({"missing_blob", "fetch_failed", "corrupt_gzip", "decompression_bomb", "hash_mismatch",
-                           "undecodable", "unsafe_member", "corrupt_bundle", "unreadable_input"})
+ERROR_REASONS = frozenset(
+    {
+        "missing_blob",
+        "fetch_failed",
+        "corrupt_gzip",
+        "decompression_bomb",
+        "hash_mismatch",
+        "undecodable",
+        "unsafe_member",
+        "corrupt_bundle",
+        "unreadable_input",
+    }
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,8 +54,12 @@ class IngestConfig:
     """Where the code comes from and the extraction rules (The Stack v2 defaults, REFERENCE a5)."""
 
     metadata: tuple[str, ...] = option((), "The Stack v2 file-level metadata Parquet files or globs", path=True)
-    content: str | None = option(None, "content store root: the folder or s3://bucket[/prefix] under which "
-                                       "content/<blob_id> gzip objects lie (s3://softwareheritage for SWH)", path=True)
+    content: str | None = option(
+        None,
+        "content store root: the folder or s3://bucket[/prefix] under which "
+        "content/<blob_id> gzip objects lie (s3://softwareheritage for SWH)",
+        path=True,
+    )
     bundles: tuple[str, ...] = option((), "SWH vault bundles or globs (flat .tar.gz, git-bare .git.tar)", path=True)
     repos: tuple[str, ...] = option((), "local folders or git repositories", path=True)
     s3_endpoint: str | None = option(None, "S3 endpoint URL override, e.g. http://127.0.0.1:9000")
@@ -58,8 +73,9 @@ class IngestConfig:
     rows_per_shard: int = option(20_000, "metadata rows per shard (the unit of work and of resume)")
     batch_rows: int = option(512, "rows per in-memory batch")
     fetch_threads: int = option(16, "concurrent content-store reads per worker")
-    tmp_dir: str | None = option(None, "scratch folder for unpacking git-bare bundles (default: system temp)",
-                                 path=True)
+    tmp_dir: str | None = option(
+        None, "scratch folder for unpacking git-bare bundles (default: system temp)", path=True
+    )
 
     @property
     def s3(self) -> io.S3Options:
@@ -67,8 +83,12 @@ class IngestConfig:
 
     @property
     def limits(self) -> sources.Limits:
-        return sources.Limits(max_compressed_bytes=self.max_compressed_bytes, max_bytes=self.max_bytes,
-                              max_depth=self.max_depth, bomb_ratio=self.bomb_ratio)
+        return sources.Limits(
+            max_compressed_bytes=self.max_compressed_bytes,
+            max_bytes=self.max_bytes,
+            max_depth=self.max_depth,
+            bomb_ratio=self.bomb_ratio,
+        )
 
 
 def _bundle_kind(uri: str) -> str:
@@ -77,8 +97,10 @@ def _bundle_kind(uri: str) -> str:
         return "git_bare"
     if name.endswith((".tar.gz", ".tgz", ".tar")):
         return "flat"
-    raise StackcurateError(f"cannot tell the vault bundle kind of {uri}: expected swh:1:dir:<id>.tar.gz (flat) "
-                           "or swh_1_rev_<id>.git.tar (git-bare)")
+    raise StackcurateError(
+        f"cannot tell the vault bundle kind of {uri}: expected swh:1:dir:<id>.tar.gz (flat) "
+        "or swh_1_rev_<id>.git.tar (git-bare)"
+    )
 
 
 def _expand_all(patterns: tuple[str, ...], s3: io.S3Options, what: str) -> list[str]:
@@ -99,8 +121,7 @@ def plan(cfg: IngestConfig) -> list[Shard]:
         raise StackcurateError("ingest needs an input: --metadata with --content, --bundles, or --repos")
     if cfg.metadata and not cfg.content:
         raise StackcurateError("--metadata needs --content, the store holding content/<blob_id> objects")
-    shards = plan_parquet(_expand_all(cfg.metadata, cfg.s3, "metadata"), cfg.rows_per_shard, cfg.s3,
-                          kind="stack_v2")
+    shards = plan_parquet(_expand_all(cfg.metadata, cfg.s3, "metadata"), cfg.rows_per_shard, cfg.s3, kind="stack_v2")
     inputs = [(_bundle_kind(uri), uri) for uri in _expand_all(cfg.bundles, cfg.s3, "bundle")]
     for repo in cfg.repos:
         if not Path(repo).is_dir():
@@ -149,9 +170,11 @@ class IngestStage:
                 errors.append({**row, "reason": reason, "detail": detail})
             else:
                 removed.append({**row, "reason": reason, "detail": detail})
-        return StageOutput(kept=pa.Table.from_pylist(kept, schema=FILE_SCHEMA),
-                           removed=pa.Table.from_pylist(removed, schema=with_reason(FILE_SCHEMA)),
-                           errors=pa.Table.from_pylist(errors, schema=ERROR_SCHEMA))
+        return StageOutput(
+            kept=pa.Table.from_pylist(kept, schema=FILE_SCHEMA),
+            removed=pa.Table.from_pylist(removed, schema=with_reason(FILE_SCHEMA)),
+            errors=pa.Table.from_pylist(errors, schema=ERROR_SCHEMA),
+        )
 
     def _check(self, row: dict, data: bytes) -> tuple[str | None, str | None]:
         """Fill `row` from `data`; return (reason, detail) when the file must not be kept."""

@@ -67,8 +67,9 @@ def gunzip_bounded(compressed: bytes, max_bytes: int, bomb_ratio: float) -> Infl
                 if len(out) > max_bytes:
                     consumed = len(compressed) - len(pending) + pos - len(tail)
                     if len(out) > bomb_ratio * max(consumed, 1):
-                        return Inflated(None, "decompression_bomb",
-                                        f"passed {max_bytes} bytes after {consumed} compressed bytes")
+                        return Inflated(
+                            None, "decompression_bomb", f"passed {max_bytes} bytes after {consumed} compressed bytes"
+                        )
                     return Inflated(None, "too_large", f"more than {max_bytes} bytes once inflated")
             pending = inflater.unused_data + pending[pos:]
     except zlib.error as exc:

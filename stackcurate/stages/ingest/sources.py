@@ -34,8 +34,9 @@ RAW_SCHEMA = pa.schema(
     [f for f in FILE_SCHEMA if f.name != "content"]
     + [pa.field("data", pa.large_binary()), pa.field("reason", pa.string()), pa.field("detail", pa.string())]
 )
-_METADATA_COLUMNS = [f.name for f in RAW_SCHEMA if f.name not in {"doc_id", "source", "origin", "data", "reason",
-                                                                    "detail", "swhid"}]
+_METADATA_COLUMNS = [
+    f.name for f in RAW_SCHEMA if f.name not in {"doc_id", "source", "origin", "data", "reason", "detail", "swhid"}
+]
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _BATCH_BYTES = 64 << 20
 
@@ -70,13 +71,22 @@ class _RawBatch:
     ordinal: int = 0
     size: int = 0
 
-    def add(self, path: str, data: bytes | None = None, reason: str | None = None, detail: str | None = None,
-            **extra: Any) -> None:
+    def add(
+        self, path: str, data: bytes | None = None, reason: str | None = None, detail: str | None = None, **extra: Any
+    ) -> None:
         # File names are bytes; one that is not UTF-8 is kept readable (\x.. escapes) rather than lost.
         path = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        row = {**self.common, **extra, "doc_id": doc_id(self.shard.source_index, self.ordinal),
-               "source": self.source, "origin": self.shard.path, "path": "/" + path.lstrip("/"),
-               "data": data, "reason": reason, "detail": detail}
+        row = {
+            **self.common,
+            **extra,
+            "doc_id": doc_id(self.shard.source_index, self.ordinal),
+            "source": self.source,
+            "origin": self.shard.path,
+            "path": "/" + path.lstrip("/"),
+            "data": data,
+            "reason": reason,
+            "detail": detail,
+        }
         if data is not None and "length_bytes" not in extra:
             row["length_bytes"] = len(data)
         self.rows.append(row)
@@ -95,8 +105,9 @@ class _RawBatch:
 # --- The Stack v2: metadata Parquet + content store -------------------------------------------------------
 
 
-def _fetch(fs: pafs.FileSystem, root: str, blob_id: str | None, limits: Limits) -> tuple[bytes | None, str | None,
-                                                                                         str | None]:
+def _fetch(
+    fs: pafs.FileSystem, root: str, blob_id: str | None, limits: Limits
+) -> tuple[bytes | None, str | None, str | None]:
     if not blob_id or not _HEX40.fullmatch(blob_id):
         return None, "missing_blob", f"invalid blob_id {blob_id!r}"
     path = io.join(root, "content", blob_id)
@@ -116,8 +127,9 @@ def _fetch(fs: pafs.FileSystem, root: str, blob_id: str | None, limits: Limits) 
     return inflated.data, inflated.reason, inflated.detail
 
 
-def read_stack_v2(shard: Shard, content: str, s3: io.S3Options, limits: Limits, batch_rows: int,
-                  fetch_threads: int) -> Iterator[pa.Table]:
+def read_stack_v2(
+    shard: Shard, content: str, s3: io.S3Options, limits: Limits, batch_rows: int, fetch_threads: int
+) -> Iterator[pa.Table]:
     """Metadata rows `[start, stop)` of one Parquet file, each with its bytes fetched from the content store."""
     meta_fs, meta_path = io.filesystem(shard.path, s3)
     store_fs, store_root = io.filesystem(content, s3)
@@ -129,8 +141,14 @@ def read_stack_v2(shard: Shard, content: str, s3: io.S3Options, limits: Limits, 
             fetched = pool.map(lambda r: _fetch(store_fs, store_root, r.get("blob_id"), limits), rows)
             out = []
             for row, (data, reason, detail) in zip(rows, fetched, strict=True):
-                row.update(doc_id=doc_id(shard.source_index, ordinal), source="stack_v2", origin=shard.path,
-                           data=data, reason=reason, detail=detail)
+                row.update(
+                    doc_id=doc_id(shard.source_index, ordinal),
+                    source="stack_v2",
+                    origin=shard.path,
+                    data=data,
+                    reason=reason,
+                    detail=detail,
+                )
                 if row.get("content_id"):
                     row["swhid"] = f"swh:1:cnt:{row['content_id']}"
                 out.append(row)
@@ -192,8 +210,9 @@ def read_flat_bundle(shard: Shard, limits: Limits, batch_rows: int, s3: io.S3Opt
     """Files of a flat bundle, streamed: nothing is extracted to disk, memory is bounded by the size cap."""
     fs, path = io.filesystem(shard.path, s3)
     swhid = _swhid_from_name(shard.path, "dir")
-    batch = _RawBatch(shard, "vault_flat", batch_rows,
-                      common={"directory_id": swhid and swhid[10:], "repo_name": swhid})
+    batch = _RawBatch(
+        shard, "vault_flat", batch_rows, common={"directory_id": swhid and swhid[10:], "repo_name": swhid}
+    )
     try:
         with fs.open_input_stream(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
             for member in tar:
@@ -206,8 +225,12 @@ def read_flat_bundle(shard: Shard, limits: Limits, batch_rows: int, s3: io.S3Opt
                 elif depth(name) > limits.max_depth:
                     batch.add(name, reason="too_deep", detail=f"depth {depth(name)} > {limits.max_depth}")
                 elif member.size > limits.max_bytes:
-                    batch.add(name, reason="too_large", detail=f"{member.size} bytes (cap {limits.max_bytes})",
-                              length_bytes=member.size)
+                    batch.add(
+                        name,
+                        reason="too_large",
+                        detail=f"{member.size} bytes (cap {limits.max_bytes})",
+                        length_bytes=member.size,
+                    )
                 else:
                     f = tar.extractfile(member)
                     batch.add(name, data=f.read() if f else b"")
@@ -236,8 +259,9 @@ def _swhid_from_name(uri: str, kind: str) -> str | None:
     return f"swh:1:{kind}:{m.group(1)}" if m else None
 
 
-def read_git_bare_bundle(shard: Shard, limits: Limits, batch_rows: int, s3: io.S3Options,
-                         tmp_dir: str | None) -> Iterator[pa.Table]:
+def read_git_bare_bundle(
+    shard: Shard, limits: Limits, batch_rows: int, s3: io.S3Options, tmp_dir: str | None
+) -> Iterator[pa.Table]:
     """Files of the revision's tree in a git-bare bundle.
 
     The bare repository is extracted (member by member, each checked, to a private temporary folder) because
@@ -252,8 +276,15 @@ def read_git_bare_bundle(shard: Shard, limits: Limits, batch_rows: int, s3: io.S
         try:
             with fs.open_input_stream(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
                 for member in tar:
-                    problem = _member_problem(member) if not member.isdir() else (
-                        ("unsafe_member", f"path escapes the bundle: {member.name}") if _escapes(member.name) else None)
+                    problem = (
+                        _member_problem(member)
+                        if not member.isdir()
+                        else (
+                            ("unsafe_member", f"path escapes the bundle: {member.name}")
+                            if _escapes(member.name)
+                            else None
+                        )
+                    )
                     if problem:
                         if problem[0] == "unsafe_member":
                             batch.add(member.name, reason=problem[0], detail=problem[1])
@@ -287,8 +318,12 @@ _GIT_SAFE = ["-c", "safe.directory=*", "-c", "core.fsmonitor=false"]
 
 
 def _git(git_dir: str, *args: str) -> bytes:
-    return subprocess.run(["git", *_GIT_SAFE, "--git-dir", git_dir, *args], check=True, capture_output=True,
-                          env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}).stdout
+    return subprocess.run(
+        ["git", *_GIT_SAFE, "--git-dir", git_dir, *args],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"},
+    ).stdout
 
 
 def _read_git_tree(git_dir: str, rev: str, batch: _RawBatch, limits: Limits) -> Iterator[pa.Table]:
@@ -315,8 +350,13 @@ def _read_git_tree(git_dir: str, rev: str, batch: _RawBatch, limits: Limits) -> 
         elif depth(path) > limits.max_depth:
             batch.add(path, reason="too_deep", detail=f"depth {depth(path)} > {limits.max_depth}")
         elif int(size) > limits.max_bytes:
-            batch.add(path, reason="too_large", detail=f"{size} bytes (cap {limits.max_bytes})",
-                      length_bytes=int(size), content_id=oid)
+            batch.add(
+                path,
+                reason="too_large",
+                detail=f"{size} bytes (cap {limits.max_bytes})",
+                length_bytes=int(size),
+                content_id=oid,
+            )
         else:
             wanted.append((path, oid))
             continue
@@ -324,8 +364,12 @@ def _read_git_tree(git_dir: str, rev: str, batch: _RawBatch, limits: Limits) -> 
             yield batch.flush()
     if not wanted:
         return
-    proc = subprocess.Popen(["git", *_GIT_SAFE, "--git-dir", git_dir, "cat-file", "--batch"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
+    proc = subprocess.Popen(
+        ["git", *_GIT_SAFE, "--git-dir", git_dir, "cat-file", "--batch"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"},
+    )
     assert proc.stdin is not None and proc.stdout is not None
     try:
         for path, oid in wanted:
@@ -353,8 +397,11 @@ def read_repo(shard: Shard, limits: Limits, batch_rows: int) -> Iterator[pa.Tabl
     """A local git repository (the files of HEAD, as SWH would archive them) or a plain folder (walked)."""
     root = Path(shard.path)
     batch = _RawBatch(shard, "local", batch_rows, common={"repo_name": root.resolve().name})
-    git_dir = root / ".git" if (root / ".git").exists() else (root if (root / "HEAD").is_file() and (
-        root / "objects").is_dir() else None)
+    git_dir = (
+        root / ".git"
+        if (root / ".git").exists()
+        else (root if (root / "HEAD").is_file() and (root / "objects").is_dir() else None)
+    )
     if git_dir is not None and _has_commit(str(git_dir)):
         yield from _read_git_tree(str(git_dir), "HEAD", batch, limits)
     else:
