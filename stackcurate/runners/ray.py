@@ -6,6 +6,7 @@ the shard's files itself. So output file names and contents depend only on the p
 workers ran, and a shard lost with its worker is simply redone.
 """
 
+import logging
 import os
 from dataclasses import asdict
 from typing import Any
@@ -30,10 +31,14 @@ def init(address: str | None = None, num_cpus: int | None = None) -> None:
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True}
+    # Ray Data logs every dataset at INFO; our progress bar and summary line say what a user needs.
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     try:
         if address:
             ray.init(address=address, **kwargs)
         else:
+            # A private embedded Ray gets a token of its own; Ray's notice about it is noise here.
+            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             # "local" always starts a private Ray: a bare ray.init() would join any cluster this machine ran.
             ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -69,6 +74,7 @@ def run(
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # one bar of our own, counted in shards and documents
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "progress bars disabled"
     ctx.print_on_execution_start = False
     available = int(ray.cluster_resources().get("CPU", 1))
     concurrency = max(1, min(workers or available, len(shards)))
@@ -77,7 +83,7 @@ def run(
         fn_constructor_args=(factory, out, run_id),
         batch_size=1,
         batch_format="pyarrow",
-        concurrency=concurrency,
+        compute=ray.data.ActorPoolStrategy(size=concurrency),
         num_cpus=1,
     )  # Ray Data restarts dead actors and retries their shards by default
     summaries: list[dict[str, Any]] = []

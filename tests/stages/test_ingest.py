@@ -356,6 +356,10 @@ def test_bad_inputs_become_rows_and_good_files_are_kept(tmp_path):
         "/noise.bin": "too_large",
         "/hidden.py": "swh_placeholder",
     }
+    details = {r["path"]: r["detail"] for r in got.removed.to_pylist()}
+    assert "not fetched" in details["/big.py"]  # metadata length_bytes over the cap: never downloaded
+    assert "decoded" in details["/accented.txt"]  # 55.8 KB in cp1252, 109.8 KB once UTF-8
+    assert "compressed" in details["/noise.bin"]
     kept = got.kept_by_path()
     assert set(kept) == {p for p, _ in good}
     assert all(kept[p]["content"] == data.decode() for p, data in good)

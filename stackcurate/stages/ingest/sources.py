@@ -106,8 +106,12 @@ class _RawBatch:
 
 
 def _fetch(
-    fs: pafs.FileSystem, root: str, blob_id: str | None, limits: Limits
+    fs: pafs.FileSystem, root: str, row: dict[str, Any], limits: Limits
 ) -> tuple[bytes | None, str | None, str | None]:
+    blob_id, length = row.get("blob_id"), row.get("length_bytes")
+    if length is not None and length > limits.max_bytes:
+        # The Stack v2 metadata already gives the decoded size: no need to download what the cap drops.
+        return None, "too_large", f"length_bytes {length} (cap {limits.max_bytes}), not fetched"
     if not blob_id or not _HEX40.fullmatch(blob_id):
         return None, "missing_blob", f"invalid blob_id {blob_id!r}"
     path = io.join(root, "content", blob_id)
@@ -138,7 +142,7 @@ def read_stack_v2(
         for meta in io.scan_parquet_slice(meta_fs, meta_path, shard.start, shard.stop, batch_rows=batch_rows):
             names = [c for c in _METADATA_COLUMNS if c in meta.column_names]
             rows = meta.select(names).to_pylist()
-            fetched = pool.map(lambda r: _fetch(store_fs, store_root, r.get("blob_id"), limits), rows)
+            fetched = pool.map(lambda r: _fetch(store_fs, store_root, r, limits), rows)
             out = []
             for row, (data, reason, detail) in zip(rows, fetched, strict=True):
                 row.update(
