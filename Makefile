@@ -22,8 +22,9 @@ style:
 	ruff format stackcurate tests benchmarks
 	ruff check --fix stackcurate tests benchmarks
 
-quality:
+quality:  # pyright comes from npm: npm i -g pyright
 	ruff check stackcurate tests benchmarks
+	pyright stackcurate
 
 bench: install
 	$(PYTHON) benchmarks/ingest_throughput.py

@@ -90,8 +90,8 @@ def run(
     with tqdm(
         total=len(shards), desc=f"{out.stage} ({concurrency} workers)", unit="shard", disable=not progress
     ) as bar:
-        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-            summaries += batch.to_pylist()
-            bar.update(batch.num_rows)
+        for summary in dataset.iter_rows():
+            summaries.append(summary)
+            bar.update()
             bar.set_postfix(docs=sum(s["docs_in"] for s in summaries), refresh=False)
     return summaries

@@ -69,12 +69,17 @@ def detect(table: pa.Table) -> pa.Table:
     return table
 
 
-def _split(table: pa.Table, drop: pa.Array, reason: str) -> tuple[pa.Table, pa.Table]:
+# pyarrow.compute functions are generated at import time, so type checkers cannot see them.
+def _split(table: pa.Table, drop: pa.ChunkedArray, reason: str) -> tuple[pa.Table, pa.Table]:
     drop = pc.fill_null(drop, False)
     removed = table.filter(drop)
     removed = removed.append_column("reason", pa.array([reason] * removed.num_rows, pa.string()))
     removed = removed.append_column("detail", pa.nulls(removed.num_rows, pa.string()))
-    return table.filter(pc.invert(drop)), removed
+    return table.filter(pc.invert(drop)), removed  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _not_in(values: pa.ChunkedArray, keep: pa.Array) -> pa.ChunkedArray:
+    return pc.invert(pc.is_in(values, keep))  # pyright: ignore[reportAttributeAccessIssue]
 
 
 class LanguageStage:
@@ -101,8 +106,8 @@ class LanguageStage:
         rules: list[tuple[str, Callable[[pa.Table], pa.ChunkedArray]]] = []
         if self.keep is not None:
             keep = self.keep
-            rules.append(("language_unknown", lambda t: pc.is_null(t.column("language"))))
-            rules.append(("language_not_selected", lambda t: pc.invert(pc.is_in(t.column("language"), keep))))
+            rules.append(("language_unknown", lambda t: t.column("language").is_null()))
+            rules.append(("language_not_selected", lambda t: _not_in(t.column("language"), keep)))
         if self.cfg.drop_vendor:
             rules.append(("vendor", lambda t: t.column("is_vendor")))
         if self.cfg.drop_generated:

@@ -157,9 +157,9 @@ class IngestStage:
             return sources.read_repo(shard, cfg.limits, cfg.batch_rows)
         raise ValueError(f"unknown shard kind {shard.kind!r}")
 
-    def __call__(self, raw: pa.Table) -> StageOutput:
+    def __call__(self, table: pa.Table) -> StageOutput:
         kept, removed, errors = [], [], []
-        for row in raw.to_pylist():
+        for row in table.to_pylist():  # raw rows (sources.RAW_SCHEMA): bytes in `data`, or a `reason`
             data = row.pop("data")
             reason, detail = row.pop("reason"), row.pop("detail")
             if reason is None:
