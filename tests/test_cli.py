@@ -11,28 +11,24 @@ from stackcurate.cli import main
 FILES = [("/a.py", b"import os\n"), ("/b.md", b"# Title\n"), ("/c.bin", b"\x00\x01")]
 
 
+def _ingest_argv(tmp_path, *extra: str) -> list[str]:
+    stack_v2_layout(tmp_path / "store", FILES)
+    return [
+        "ingest",
+        "--out",
+        str(tmp_path / "out"),
+        "--metadata",
+        str(tmp_path / "store/metadata/*.parquet"),
+        "--content",
+        str(tmp_path / "store"),
+        *extra,
+    ]
+
+
 @pytest.fixture
 def ingested(tmp_path):
-    stack_v2_layout(tmp_path / "store", FILES)
-    out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "ingest",
-                "--out",
-                str(out),
-                "--metadata",
-                str(tmp_path / "store/metadata/*.parquet"),
-                "--content",
-                str(tmp_path / "store"),
-                "--runner",
-                "local",
-                "--no-progress",
-            ]
-        )
-        == 0
-    )
-    return out
+    assert main(_ingest_argv(tmp_path, "--runner", "local", "--no-progress")) == 0
+    return tmp_path / "out"
 
 
 def _one_line_error(capsys, argv) -> str:
@@ -82,26 +78,10 @@ def test_pipeline_typo_and_order_errors(tmp_path, capsys):
 
 
 def test_dry_run_writes_nothing(tmp_path, capsys):
-    stack_v2_layout(tmp_path / "store", FILES)
-    out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "ingest",
-                "--out",
-                str(out),
-                "--metadata",
-                str(tmp_path / "store/metadata/*.parquet"),
-                "--content",
-                str(tmp_path / "store"),
-                "--dry-run",
-            ]
-        )
-        == 0
-    )
+    assert main(_ingest_argv(tmp_path, "--dry-run")) == 0
     captured = capsys.readouterr()
     assert "1 stack_v2 shard(s)" in captured.out and "max_bytes: 1000000" in captured.err
-    assert not out.exists()
+    assert not (tmp_path / "out").exists()
 
 
 def test_query_views_and_formats(ingested, capsys):
