@@ -53,6 +53,8 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
     origin = typing.get_origin(inner)
     if origin is tuple:
         item_type = typing.get_args(inner)[0]
+        if isinstance(value, dict):  # a YAML mapping for KEY=VALUE pairs, e.g. filter overrides
+            value = [f"{k}={'null' if v is None else v}" for k, v in value.items()]
         items = [value] if isinstance(value, str | int | float) else list(value)
         return tuple(_coerce(name, item_type, v) for v in items)
     if inner is bool:

@@ -52,7 +52,13 @@ def _language() -> StageSpec:
     return StageSpec("language", language.LanguageConfig, language.LanguageStage, plan_records)
 
 
-_SPECS = {"ingest": _ingest, "language": _language}
+def _filter() -> StageSpec:
+    from stackcurate.stages import filter as filter_stage
+
+    return StageSpec("filter", filter_stage.FilterConfig, filter_stage.FilterStage, plan_records)
+
+
+_SPECS = {"ingest": _ingest, "language": _language, "filter": _filter}
 STAGE_ORDER = tuple(_SPECS)
 
 

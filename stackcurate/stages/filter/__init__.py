@@ -1,0 +1,211 @@
+"""Heuristic filters: score every file, keep the scores as columns, remove by the first rule that holds.
+
+Two published rule sets ship as data: `filters/starcoder_v1.yaml` (StarCoder: per-extension thresholds from
+BigCode's visual inspection, XML, HTML and JSON/YAML size filters) and `filters/starcoder2_v1.yaml` (The
+Stack v2: line counts and lengths with their language exceptions, auto-generated, alpha, encoded data,
+per-language line caps, the Text allow-list, HTML). `overrides` changes any threshold by rule name.
+
+Jupyter notebooks are converted first (script in the kernel's language, plus structured cells); their
+scores are computed on the script, so a notebook is judged as code, not as JSON.
+
+Input columns: `content`, `path`, `language`, `extension`, `is_generated` (file records).
+Output columns: every input column, one float64 column per score the rule set uses (`max_line_length`,
+`alpha_fraction`, ...; re-threshold later with one query), and `notebook_script`, `notebook_language`,
+`notebook_cells` (null for other files).
+Drop reasons: the rule names of the rule set, and `notebook_unreadable`.
+
+Example:
+    stackcurate filter --out work/run --rules filters/starcoder2_v1.yaml --overrides max_line_length=2000
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stackcurate.core.config import option
+from stackcurate.core.errors import StackcurateError
+from stackcurate.core.schema import with_reason
+from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema
+from stackcurate.stages.filter import notebooks, scores
+from stackcurate.stages.filter.rules import RuleSet, applies, decide, load_rule_set, table_score
+
+NOTEBOOK_FIELDS = [
+    pa.field("notebook_script", pa.large_string()),
+    pa.field("notebook_language", pa.string()),
+    pa.field("notebook_cells", pa.list_(pa.struct([(name, pa.large_string()) for name in notebooks.CELL_FIELDS]))),
+]
+# Scores computed together (one pass gives several columns).
+_GROUPS = {
+    "line_stats": ("num_lines", "max_line_length", "avg_line_length"),
+    "char_fractions": ("alphanum_fraction", "alpha_fraction"),
+    "encoded": ("encoded_fraction", "encoded_max_match"),
+    "html": ("html_visible_fraction", "html_visible_chars"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FilterConfig:
+    """Which rule set, which thresholds to change, and whether to convert notebooks."""
+
+    rules: str | None = option(
+        None, "rule set YAML: filters/starcoder2_v1.yaml or filters/starcoder_v1.yaml", path=True
+    )
+    overrides: tuple[str, ...] = option((), "RULE=VALUE pairs replacing a rule's threshold; RULE=null turns it off")
+    notebooks: bool = option(True, "convert Jupyter notebooks to script + cells and filter the script")
+    batch_rows: int = option(1024, "rows per in-memory batch")
+
+
+def parse_overrides(pairs: tuple[str, ...]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise StackcurateError(f"override '{pair}' must be RULE=VALUE (or RULE=null)")
+        try:
+            out[name.strip()] = None if value.strip().lower() in ("null", "none", "") else float(value)
+        except ValueError:
+            raise StackcurateError(f"override '{pair}': '{value}' is not a number or null") from None
+    return out
+
+
+class FilterStage:
+    """Score, then decide (see the module docstring)."""
+
+    name = "filter"
+
+    def __init__(self, cfg: FilterConfig) -> None:
+        if not cfg.rules:
+            raise StackcurateError(
+                "filter needs a rule set: --rules filters/starcoder2_v1.yaml (or starcoder_v1.yaml)"
+            )
+        self.cfg = cfg
+        self.rules: RuleSet = load_rule_set(cfg.rules, parse_overrides(cfg.overrides))
+        self.score_names = self.rules.score_names
+
+    def read(self, shard: Shard) -> Iterator[pa.Table]:
+        return read_records(shard, self.cfg.batch_rows)
+
+    def output_schema(self, shard: Shard) -> pa.Schema:
+        schema = records_schema(shard)
+        extra = [pa.field(name, pa.float64()) for name in self.score_names]
+        if self.cfg.notebooks:
+            extra += NOTEBOOK_FIELDS
+        return pa.schema([*schema, *(f for f in extra if f.name not in schema.names)])
+
+    def __call__(self, table: pa.Table) -> StageOutput:
+        unreadable: list[tuple[int, str]] = []
+        if self.cfg.notebooks:
+            table, unreadable = _convert_notebooks(table)
+        text = table.column("content")
+        if self.cfg.notebooks:
+            text = pc.coalesce(table.column("notebook_script"), text)
+        languages = np.array(pc.fill_null(table.column("language"), "").to_pylist(), dtype=object)
+        extensions = np.array(
+            [(e or "").lower().lstrip(".") for e in table.column("extension").to_pylist()], dtype=object
+        )
+        values = self._scores(table, text, languages, extensions)
+        for name in self.score_names:
+            column = pa.array(values[name], pa.float64())
+            index = table.schema.get_field_index(name)
+            table = table.set_column(index, name, column) if index >= 0 else table.append_column(name, column)
+        reasons = decide(self.rules, values, languages, extensions)
+        details: list[str | None] = [None] * table.num_rows
+        for i, why in unreadable:
+            reasons[i], details[i] = "notebook_unreadable", why
+        drop = pa.array([r is not None for r in reasons])
+        removed = table.filter(drop)
+        removed = removed.append_column("reason", pa.array([r for r in reasons if r is not None], pa.string()))
+        removed = removed.append_column(
+            "detail", pa.array([d for d, r in zip(details, reasons, strict=True) if r is not None], pa.string())
+        )
+        kept = table.filter(pc.invert(drop))  # pyright: ignore[reportAttributeAccessIssue]
+        return StageOutput(kept=kept, removed=removed.cast(with_reason(kept.schema)))
+
+    def _scores(
+        self, table: pa.Table, text: pa.ChunkedArray, languages: np.ndarray, extensions: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """Every score the rule set uses, computed only on the rows some rule using it applies to."""
+        n, params = table.num_rows, self.rules.score_params
+        wanted = set(self.score_names)
+        out: dict[str, np.ndarray] = {}
+
+        def rows_for(names: tuple[str, ...]) -> np.ndarray:
+            mask = np.zeros(n, dtype=bool)
+            for rule in self.rules.rules:
+                if rule.score in names and (rule.value is not None or rule.op == "is_nan"):
+                    mask |= applies(rule, languages, extensions)
+            return mask
+
+        def compute(names: tuple[str, ...], fn, column: pa.ChunkedArray) -> None:  # noqa: ANN001
+            mask = rows_for(names)
+            results = [np.full(n, np.nan) for _ in names]
+            if mask.any():
+                subset = column if mask.all() else column.filter(pa.array(mask))
+                got = fn(subset)
+                got = got if isinstance(got, tuple) else (got,)
+                for result, values in zip(results, got, strict=True):
+                    result[mask] = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64)
+            out.update(zip(names, results, strict=True))
+
+        if wanted & set(_GROUPS["line_stats"]):
+            compute(_GROUPS["line_stats"], scores.score_line_stats, text)
+        if wanted & set(_GROUPS["char_fractions"]):
+            compute(_GROUPS["char_fractions"], scores.score_char_fractions, text)
+        if wanted & set(_GROUPS["encoded"]):
+            patterns = list(params["encoded_patterns"].values())
+            compute(_GROUPS["encoded"], lambda t: scores.score_encoded(t, patterns), text)
+        if wanted & set(_GROUPS["html"]):
+            compute(_GROUPS["html"], scores.score_html_visible, text)
+        if "num_chars" in wanted:
+            compute(("num_chars",), scores.score_num_chars, text)
+        if "xml_header" in wanted:
+            compute(("xml_header",), scores.score_xml_header, text)
+        if "name_allowed" in wanted:
+            compute(
+                ("name_allowed",),
+                lambda p: scores.score_name_allowed(p, params["text_name_contains"], params["text_name_stems"]),
+                table.column("path"),
+            )
+        if "autogenerated" in wanted:
+            compute(
+                ("autogenerated",),
+                lambda t: scores.score_autogen_phrase(t, params["autogen_phrases"], params["autogen_first_lines"]),
+                text,
+            )
+            phrase = out["autogenerated"]
+            generated = np.array(pc.fill_null(table.column("is_generated"), False).to_pylist(), dtype=np.float64)
+            out["autogenerated"] = np.where(np.isnan(phrase), np.nan, np.maximum(phrase, generated))
+        for name in wanted:
+            if name.startswith("table:"):
+                out[name] = table_score(self.rules.table_scores[name[6:]], self.rules, languages, extensions)
+        return out
+
+
+def _convert_notebooks(table: pa.Table) -> tuple[pa.Table, list[tuple[int, str]]]:
+    """Add the notebook columns; return the rows whose notebook could not be read, with the reason."""
+    n = table.num_rows
+    scripts: list[str | None] = [None] * n
+    langs: list[str | None] = [None] * n
+    cells: list[list[dict] | None] = [None] * n
+    unreadable = []
+    languages = table.column("language").to_pylist()
+    for i, (path, language) in enumerate(zip(table.column("path").to_pylist(), languages, strict=True)):
+        if language == "Jupyter Notebook" or (path or "").lower().endswith(".ipynb"):
+            try:
+                nb = notebooks.convert(table.column("content")[i].as_py() or "")
+            except ValueError as exc:
+                unreadable.append((i, str(exc)))
+                continue
+            scripts[i], langs[i], cells[i] = nb.script, nb.language, nb.cells
+    columns = [
+        pa.array(scripts, NOTEBOOK_FIELDS[0].type),
+        pa.array(langs, NOTEBOOK_FIELDS[1].type),
+        pa.array(cells, NOTEBOOK_FIELDS[2].type),
+    ]
+    for field, column in zip(NOTEBOOK_FIELDS, columns, strict=True):
+        index = table.schema.get_field_index(field.name)
+        table = table.set_column(index, field, column) if index >= 0 else table.append_column(field, column)
+    return table, unreadable
