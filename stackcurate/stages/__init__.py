@@ -58,7 +58,14 @@ def _filter() -> StageSpec:
     return StageSpec("filter", filter_stage.FilterConfig, filter_stage.FilterStage, plan_records)
 
 
-_SPECS = {"ingest": _ingest, "language": _language, "filter": _filter}
+def _decontaminate() -> StageSpec:
+    from stackcurate.stages import decontaminate
+
+    return StageSpec("decontaminate", decontaminate.DecontaminateConfig, decontaminate.DecontaminateStage,
+                     plan_records)
+
+
+_SPECS = {"ingest": _ingest, "language": _language, "filter": _filter, "decontaminate": _decontaminate}
 STAGE_ORDER = tuple(_SPECS)
 
 

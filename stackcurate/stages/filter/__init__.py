@@ -156,7 +156,8 @@ class FilterStage:
             compute(_GROUPS["char_fractions"], scores.score_char_fractions, text)
         if wanted & set(_GROUPS["encoded"]):
             patterns = list(params["encoded_patterns"].values())
-            compute(_GROUPS["encoded"], lambda t: scores.score_encoded(t, patterns), text)
+            exact_above = params.get("encoded_exact_above", 1024)
+            compute(_GROUPS["encoded"], lambda t: scores.score_encoded(t, patterns, exact_above), text)
         if wanted & set(_GROUPS["html"]):
             compute(_GROUPS["html"], scores.score_html_visible, text)
         if "num_chars" in wanted:

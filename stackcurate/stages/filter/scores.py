@@ -15,15 +15,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# Python's str.isalnum / str.isalpha on the 128 ASCII code points, as a byte lookup table.
-_ALNUM = np.array([chr(b).isalnum() for b in range(256)], dtype=np.int64)
-_ALPHA = np.array([chr(b).isalpha() for b in range(256)], dtype=np.int64)
-_ALNUM[128:] = 0
-_ALPHA[128:] = 0
-_HIGH = np.zeros(256, dtype=np.int64)
-_HIGH[128:] = 1
-_W_ALNUM = re.compile(r"[^\W_]")  # \w minus "_" is exactly str.isalnum in Python 3
-_W_ALPHA = re.compile(r"[^\W\d_]")  # approximately str.isalpha (letters); used for non-ASCII text only
+# Each byte mapped to its class: ASCII letter, ASCII digit (alnum, not alpha), other ASCII, or part of a
+# non-ASCII character. One bytes.translate over a whole batch plus bytes.count per document (both C loops)
+# counts classes at about 200 MB/s, several times faster than numpy or a per-character Python loop.
+_CLASSES = bytes(
+    (ord("a") if chr(b).isalpha() else ord("d") if chr(b).isalnum() else ord(".")) if b < 128 else ord("h")
+    for b in range(256)
+)
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 
 def _texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
@@ -32,34 +31,26 @@ def _texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
     return texts.cast(pa.large_string()).fill_null("")
 
 
-def _per_doc_sums(texts: pa.LargeStringArray, tables: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """For each lookup table, the per-document sum of table[byte] over the document's UTF-8 bytes."""
-    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
-    data = np.frombuffer(texts.buffers()[2], dtype=np.uint8) if texts.buffers()[2] else np.zeros(0, np.uint8)
-    out = []
-    for table in tables:
-        cumulative = np.concatenate([[0], np.cumsum(table[data], dtype=np.int64)])
-        out.append(cumulative[offsets[1:]] - cumulative[offsets[:-1]])
-    return out
-
-
 def score_char_fractions(texts: pa.Array) -> tuple[pa.Array, pa.Array]:
     """(alphanum_fraction, alpha_fraction): characters for which str.isalnum / str.isalpha hold, over all
     characters (newlines included), as BigCode computed them; 0 for an empty text."""
     texts = _texts(texts)
-    alnum, alpha, high = _per_doc_sums(texts, [_ALNUM, _ALPHA, _HIGH])
-    n_chars = pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.float64)
-    alnum = alnum.astype(np.float64)
-    alpha = alpha.astype(np.float64)
-    for i in np.nonzero(high)[0]:  # documents with non-ASCII characters: Unicode semantics, in Python
-        text = texts[i].as_py()
-        alnum[i] = len(_W_ALNUM.findall(text))
-        alpha[i] = sum(1 for c in _W_ALPHA.findall(text) if c.isalpha())
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return (
-            pa.array(np.where(n_chars > 0, alnum / n_chars, 0.0)),
-            pa.array(np.where(n_chars > 0, alpha / n_chars, 0.0)),
-        )
+    data_buffer = texts.buffers()[2]
+    mapped = data_buffer.to_pybytes().translate(_CLASSES) if data_buffer is not None else b""
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
+    n_chars = pc.utf8_length(texts).to_pylist()
+    alnum, alpha = [], []
+    for i, (start, end) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
+        letters, digits = mapped.count(b"a", start, end), mapped.count(b"d", start, end)
+        if mapped.count(b"h", start, end):  # non-ASCII characters: Unicode semantics, on those characters only
+            rare = "".join(_NON_ASCII.findall(texts[i].as_py()))
+            rare_alpha = sum(map(str.isalpha, rare))
+            letters += rare_alpha
+            digits += sum(map(str.isalnum, rare)) - rare_alpha
+        total = n_chars[i]
+        alnum.append((letters + digits) / total if total else 0.0)
+        alpha.append(letters / total if total else 0.0)
+    return pa.array(alnum, pa.float64()), pa.array(alpha, pa.float64())
 
 
 def score_line_stats(texts: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
@@ -73,29 +64,35 @@ def score_line_stats(texts: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     return pa.array(num, pa.float64()), pa.array(longest, pa.float64()), pa.array(mean, pa.float64())
 
 
-def score_encoded(texts: pa.Array, patterns: Sequence[str]) -> tuple[pa.Array, pa.Array]:
+def score_encoded(texts: pa.Array, patterns: Sequence[str], exact_above: float = 1024) -> tuple[pa.Array, pa.Array]:
     """(encoded_fraction, encoded_max_match): the share of characters inside matches of any of `patterns`
     (base64, hex, unicode-escape runs; SC2 §2.1), and the longest single match, in characters.
 
-    The share is measured with RE2 on the whole batch (one alternation, scanned left to right). The
-    longest match needs Python's `re`, so it is computed only where the matches cover more than the
-    rule could care about (`_EXACT_ABOVE` characters); elsewhere it is bounded by that coverage.
+    Both are measured with RE2 on the whole batch (one alternation, scanned left to right). The longest match
+    is exact when a file has one match, or when its matches cover more than `exact_above` characters (then
+    Python's `re` measures each pattern's matches); otherwise it is the coverage, an upper bound that is at
+    most `exact_above`, so a rule `encoded_max_match > exact_above` decides exactly.
     """
     texts = _texts(texts)
     combined = "|".join(f"(?:{p})" for p in patterns)
     n_chars = pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.float64)
-    rest = pc.utf8_length(pc.replace_substring_regex(texts, combined, "")).to_numpy(zero_copy_only=False)
-    covered = n_chars - rest
-    longest = covered.copy()  # no single match is longer than all matches together
-    compiled = [re.compile(p) for p in patterns]
-    for i in np.nonzero(covered > _EXACT_ABOVE)[0]:
-        text = texts[i].as_py()
-        longest[i] = max((m.end() - m.start() for rx in compiled for m in rx.finditer(text)), default=0)
+    covered = np.zeros(len(texts))
+    longest = np.zeros(len(texts))
+    # Most files hold no match at all: find those that do first (RE2 stops at the first match), then
+    # measure coverage on those only.
+    hits = np.nonzero(pc.match_substring_regex(texts, combined).to_numpy(zero_copy_only=False))[0]
+    if len(hits):
+        subset = texts.take(pa.array(hits))
+        rest = pc.utf8_length(pc.replace_substring_regex(subset, combined, "")).to_numpy(zero_copy_only=False)
+        covered[hits] = n_chars[hits] - rest
+        longest[hits] = covered[hits]  # exact for one match; no single match is longer than all of them
+        several = pc.count_substring_regex(subset, combined).to_numpy(zero_copy_only=False) > 1
+        compiled = [re.compile(p) for p in patterns]
+        for i in hits[several & (covered[hits] > exact_above)]:
+            text = texts[int(i)].as_py()
+            longest[i] = max((m.end() - m.start() for rx in compiled for m in rx.finditer(text)), default=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         return pa.array(np.where(n_chars > 0, covered / n_chars, 0.0)), pa.array(longest)
-
-
-_EXACT_ABOVE = 256
 
 
 def score_autogen_phrase(texts: pa.Array, phrases: Sequence[str], first_lines: int) -> pa.Array:
@@ -103,7 +100,12 @@ def score_autogen_phrase(texts: pa.Array, phrases: Sequence[str], first_lines: i
     lowered = [p.lower() for p in phrases]
     out = []
     for text in _texts(texts).to_pylist():
-        head = "\n".join(text.split("\n", first_lines)[:first_lines]).lower()
+        end = -1
+        for _ in range(first_lines):  # the first lines only, without splitting the whole file
+            end = text.find("\n", end + 1)
+            if end < 0:
+                break
+        head = (text if end < 0 else text[:end]).lower()
         out.append(1.0 if any(p in head for p in lowered) else 0.0)
     return pa.array(out, pa.float64())
 

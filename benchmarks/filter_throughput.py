@@ -1,0 +1,96 @@
+"""Filter and decontamination throughput against the floor, on >= 100 MB of real code, one core.
+
+The floor is what every stage pays anyway: read each object of the content store, gunzip it and decode it
+(no hashing, no checks). In the same run and on the same decoded files, it then times the StarCoder2
+filters, the StarCoder filters and decontamination (full HumanEval set loaded). Target (issue 3): all
+StarCoder2 filters together cost at most as much again as the floor, i.e. filter time / floor time <= 1.
+
+    python benchmarks/filter_throughput.py [--mb 120] [--work work/bench_filter]
+
+The input is `stackcurate sample` (real code from this machine's Python installation); ingest and language
+run first, untimed, so the rules see go-enry languages as in a real pipeline.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=float, default=120.0)
+    parser.add_argument("--work", default=str(ROOT / "work" / "bench_filter"))
+    parser.add_argument("--batch-rows", type=int, default=1024)
+    args = parser.parse_args()
+    work = Path(args.work)
+    sample, out = work / "sample", work / "out"
+    cli = [sys.executable, "-m", "stackcurate.cli"]
+    if not (sample / "metadata" / "00000.parquet").exists():
+        subprocess.run([*cli, "sample", str(sample), "--max-mb", str(args.mb), "--max-files", "1000000"], check=True)
+    if not (out / "language" / "_SUCCESS").exists():
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": True}
+        subprocess.run([*cli, "ingest", "--out", str(out), "--metadata", str(sample / "metadata" / "*.parquet"),
+                        "--content", str(sample), "--runner", "local", "--no-progress", "--overwrite"], **quiet)
+        subprocess.run([*cli, "language", "--out", str(out), "--runner", "local", "--no-progress", "--overwrite"],
+                       **quiet)
+
+    from stackcurate.stages.decontaminate import DecontaminateConfig, DecontaminateStage
+    from stackcurate.stages.filter import FilterConfig, FilterStage
+    from stackcurate.stages.ingest.content import decode, gunzip_bounded
+
+    # The floor: read + gunzip + decode every kept file's object, in this process.
+    table = pa.concat_tables(pq.read_table(p) for p in sorted((out / "language").glob("*.parquet")))
+    blob_ids = table.column("blob_id").to_pylist()
+    encodings = table.column("src_encoding").to_pylist()
+    started = time.perf_counter()
+    decoded_chars = 0
+    for blob, encoding in zip(blob_ids, encodings, strict=True):
+        data = gunzip_bounded((sample / "content" / blob).read_bytes(), 1_000_000, 100.0).data
+        decoded_chars += len(decode(data or b"", encoding).text or "")
+    floor_s = time.perf_counter() - started
+    mb = sum(table.column("length_bytes").to_pylist()) / 1e6
+    batches = [pa.Table.from_batches([b]) for b in table.to_batches(max_chunksize=args.batch_rows)]
+
+    def timed(stage) -> tuple[float, int]:  # noqa: ANN001
+        started = time.perf_counter()
+        removed = sum(stage(b).removed.num_rows for b in batches)
+        return time.perf_counter() - started, removed
+
+    results = {"files": table.num_rows, "input_mb": mb, "floor_s": floor_s, "floor_mb_per_s": mb / floor_s}
+    for name in ("starcoder2_v1", "starcoder_v1"):
+        stage = FilterStage(FilterConfig(rules=str(ROOT / "filters" / f"{name}.yaml")))
+        seconds, removed = timed(stage)
+        results[name] = {"seconds": seconds, "mb_per_s": mb / seconds, "removed": removed,
+                         "cost_vs_floor": seconds / floor_s}
+    started = time.perf_counter()
+    decontam = DecontaminateStage(DecontaminateConfig(benchmarks=("humaneval",)))
+    load_s = time.perf_counter() - started
+    seconds, removed = timed(decontam)
+    results["decontaminate_humaneval"] = {"seconds": seconds, "mb_per_s": mb / seconds, "removed": removed,
+                                          "strings": decontam.counts["humaneval"], "load_s": load_s,
+                                          "cost_vs_floor": seconds / floor_s}
+    results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    target = ROOT / "benchmarks" / "results" / f"filter_throughput_{int(args.mb)}mb.json"
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"{results['files']:,} files, {mb:.1f} MB decoded, one core")
+    print("| step | seconds | MB/s/core | cost vs floor | removed |")
+    print("|---|---|---|---|---|")
+    print(f"| floor: read + gunzip + decode | {floor_s:.2f} | {mb / floor_s:.1f} | 1.00 | |")
+    for name in ("starcoder2_v1", "starcoder_v1", "decontaminate_humaneval"):
+        r = results[name]
+        print(f"| {name} | {r['seconds']:.2f} | {r['mb_per_s']:.1f} | {r['cost_vs_floor']:.2f} | {r['removed']:,} |")
+
+
+if __name__ == "__main__":
+    main()
