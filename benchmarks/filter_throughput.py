@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 

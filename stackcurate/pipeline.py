@@ -91,6 +91,10 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
         input_uri = input_uri or default_input(out, spec.name)
         _check_input_complete(input_uri)
     started = time.perf_counter()
+    if spec.scan is not None and getattr(cfg, "detections", None) is None:
+        scan = spec.scan()
+        run_stage(scan, cfg, out, opts, input_uri=input_uri)
+        cfg = dataclasses.replace(cfg, detections=io.join(out, scan.name))
     shards = spec.plan(cfg, input_uri)
     stage_dir = StageDir(out, spec.name)
     if opts.dry_run:

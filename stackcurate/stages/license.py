@@ -1,0 +1,221 @@
+"""License classification and opt-out, as The Stack v2 did (SC2 §2.1; TSv2 3_file_dataset).
+
+Two passes over the same input:
+1. `license_scan` finds license-like files by name (go-license-detector's pattern: LICENSE, COPYING,
+   README, NOTICE, ...) and records the SPDX ids ScanCode finds in each, with its folder.
+2. `license` gives every file a `license_type`:
+   - a repository license from GitHub metadata (`gha_license_id`) decides when present: permissive if it is
+     in the permissive list, otherwise non_permissive (`NOASSERTION` counts as no license information);
+   - otherwise the ids detected in license files of the same repository, in the file's folder or any folder
+     above it, after dropping amendment ids (and the unknown-license reference when a permissive id is found):
+     all permissive -> permissive; none -> no_license; else non_permissive;
+   - rows that already carry a `license_type` (The Stack v2 metadata) keep it when `trust_metadata`.
+   Files of opted-out repositories or owners are removed first (reason `opt_out`), then files whose type
+   is not in `keep` (reason `license_<type>`).
+
+Input columns: `repo_name`, `path`, `content`, `gha_license_id`, `license_type`, `detected_licenses`.
+Output columns: `license_type`, `detected_licenses` (filled); everything else unchanged.
+Drop reasons: `opt_out`, `license_non_permissive`, `license_no_license` (when not kept).
+
+Example:
+    stackcurate license --out work/run --opt-out optout.txt --keep permissive no_license
+"""
+
+import json
+import re
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pyarrow as pa
+
+from stackcurate.core import io
+from stackcurate.core.config import option
+from stackcurate.core.errors import StackcurateError
+from stackcurate.core.schema import with_reason
+from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema
+from stackcurate.core.tables import read_name_list
+from stackcurate.stages import license_detect
+
+LICENSE_TYPES = ("permissive", "no_license", "non_permissive")
+SCAN_SCHEMA = pa.schema(
+    [
+        pa.field("repo_name", pa.string()),
+        pa.field("folder", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("licenses", pa.list_(pa.string())),
+    ]
+)
+_FILTERS = Path(__file__).resolve().parents[2] / "filters" / "licenses"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LicenseConfig:
+    """License lists, what to keep, and who opted out."""
+
+    permissive: str = option(str(_FILTERS / "permissive_v1.txt"), "permissive SPDX ids, one a line", path=True)
+    amendments: str = option(str(_FILTERS / "amendments_v1.txt"), "ids that amend a license, ignored", path=True)
+    ignore_if_permissive: str = option(
+        str(_FILTERS / "ignore_if_permissive_v1.txt"), "ids ignored when a permissive id is also found", path=True
+    )
+    detection: str = option("stack_v2", "ScanCode mode: stack_v2 (exact matching, as The Stack v2) or full")
+    file_pattern: str = option(
+        str(_FILTERS / "license_file_patterns_v1.txt"), "regex (one line) matching license-like file names", path=True
+    )
+    keep: tuple[str, ...] = option(("permissive", "no_license"), "license types to keep (The Stack v2: these two)")
+    trust_metadata: bool = option(True, "keep a license_type already in the input (The Stack v2 metadata)")
+    opt_out: tuple[str, ...] = option((), "opt-out lists (files or http(s) URLs): owner/repo or owner per line")
+    detections: str | None = option(None, "license_scan output to use (default: the run's own license_scan)")
+    batch_rows: int = option(1024, "rows per in-memory batch")
+
+    def __post_init__(self) -> None:
+        if self.detection not in license_detect.MODES:
+            raise ValueError(f"detection must be one of {', '.join(license_detect.MODES)}")
+        bad = [k for k in self.keep if k not in LICENSE_TYPES]
+        if bad:
+            raise ValueError(f"keep: unknown license type '{bad[0]}' (types: {', '.join(LICENSE_TYPES)})")
+
+
+def _read_pattern(path: str) -> re.Pattern[str]:
+    lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip() and not line.startswith("#")]
+    if len(lines) != 1:
+        raise StackcurateError(f"{path} must hold exactly one regex line")
+    return re.compile(lines[0], re.IGNORECASE)
+
+
+class LicenseScanStage:
+    """Pass 1: detected licenses of the license-like files (see the module docstring)."""
+
+    name = "license_scan"
+
+    def __init__(self, cfg: LicenseConfig) -> None:
+        self.cfg = cfg
+        self.pattern = _read_pattern(cfg.file_pattern)
+
+    def read(self, shard: Shard) -> Iterator[pa.Table]:
+        return read_records(shard, self.cfg.batch_rows)
+
+    def output_schema(self, shard: Shard) -> pa.Schema:
+        return SCAN_SCHEMA
+
+    def __call__(self, table: pa.Table) -> StageOutput:
+        rows = []
+        for repo, path, content in zip(
+            table.column("repo_name").to_pylist(),
+            table.column("path").to_pylist(),
+            table.column("content").to_pylist(),
+            strict=True,
+        ):
+            posix = PurePosixPath(path or "/")
+            if content and self.pattern.match(posix.name):
+                rows.append(
+                    {
+                        "repo_name": repo,
+                        "folder": str(posix.parent),
+                        "path": path,
+                        "licenses": license_detect.detect(content, self.cfg.detection),
+                    }
+                )
+        return StageOutput(kept=pa.Table.from_pylist(rows, schema=SCAN_SCHEMA))
+
+
+def read_opt_out(sources: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
+    """(repositories, owners) to remove, lower-cased: `owner/name` lines are repositories, `owner` lines owners."""
+    repos, owners = set(), set()
+    for source in sources:
+        if source.startswith(("http://", "https://")):
+            try:
+                with urllib.request.urlopen(source, timeout=60) as response:
+                    text = response.read().decode()
+            except OSError as exc:
+                raise StackcurateError(f"could not read the opt-out list {source}: {exc}") from None
+        else:
+            if not Path(source).is_file():
+                raise StackcurateError(f"opt-out list {source} does not exist")
+            text = Path(source).read_text(encoding="utf-8")
+        for line in text.splitlines():
+            name = line.split("#", 1)[0].strip().strip("/").lower()
+            if name.startswith("https://github.com/"):
+                name = name.removeprefix("https://github.com/")
+            if name:
+                (repos if "/" in name else owners).add(name)
+    return frozenset(repos), frozenset(owners)
+
+
+class LicenseStage:
+    """Pass 2: license type of every file, opt-out, and the keep decision (see the module docstring)."""
+
+    name = "license"
+
+    def __init__(self, cfg: LicenseConfig) -> None:
+        if cfg.detections is None:
+            raise StackcurateError("license needs the license_scan output (run through `stackcurate license`)")
+        self.cfg = cfg
+        self.permissive = frozenset(i.lower() for i in read_name_list(cfg.permissive, what="license id"))
+        self.amendments = frozenset(i.lower() for i in read_name_list(cfg.amendments, what="license id"))
+        self.ignore_if_permissive = frozenset(
+            i.lower() for i in read_name_list(cfg.ignore_if_permissive, what="license id")
+        )
+        self.opt_out_repos, self.opt_out_owners = read_opt_out(cfg.opt_out)
+        # repo -> [(folder, ids)] from pass 1
+        self.found: dict[str | None, list[tuple[str, list[str]]]] = {}
+        fs, root = io.filesystem(cfg.detections)
+        for path in io.expand(fs, io.join(root, "*.parquet")):
+            import pyarrow.parquet as pq
+
+            for row in pq.read_table(path, filesystem=fs).to_pylist():
+                self.found.setdefault(row["repo_name"], []).append((row["folder"], row["licenses"] or []))
+
+    def read(self, shard: Shard) -> Iterator[pa.Table]:
+        return read_records(shard, self.cfg.batch_rows)
+
+    def output_schema(self, shard: Shard) -> pa.Schema:
+        return records_schema(shard)
+
+    def classify(self, ids: list[str]) -> str:
+        """The Stack v2's rule for the ids detected for one file."""
+        ids = [i for i in ids if i.lower() not in self.amendments]
+        if any(i.lower() in self.permissive for i in ids):
+            ids = [i for i in ids if i.lower() not in self.ignore_if_permissive]
+        if not ids:
+            return "no_license"
+        return "permissive" if all(i.lower() in self.permissive for i in ids) else "non_permissive"
+
+    def file_licenses(self, repo: str | None, path: str) -> list[str]:
+        """Ids detected in license files of `repo` in the folder of `path` or above it."""
+        parents = {str(p) for p in PurePosixPath(path or "/").parents}
+        ids: list[str] = []
+        for folder, found in self.found.get(repo, []):
+            if folder in parents:
+                ids += [i for i in found if i not in ids]
+        return ids
+
+    def __call__(self, table: pa.Table) -> StageOutput:
+        rows = table.to_pylist()
+        kept, removed = [], []
+        for row in rows:
+            repo = (row.get("repo_name") or "").lower()
+            if repo in self.opt_out_repos or repo.split("/", 1)[0] in self.opt_out_owners:
+                removed.append({**row, "reason": "opt_out", "detail": None})
+                continue
+            gha = row.get("gha_license_id")
+            if self.cfg.trust_metadata and row.get("license_type") in LICENSE_TYPES:
+                kind = row["license_type"]
+            elif gha and gha != "NOASSERTION":
+                kind = "permissive" if gha.lower() in self.permissive else "non_permissive"
+                row["detected_licenses"] = [gha]
+            else:
+                ids = self.file_licenses(row.get("repo_name"), row.get("path"))
+                kind = "non_permissive" if gha == "NOASSERTION" and not ids else self.classify(ids)
+                row["detected_licenses"] = ids
+            row["license_type"] = kind
+            if kind in self.cfg.keep:
+                kept.append(row)
+            else:
+                removed.append({**row, "reason": f"license_{kind}", "detail": json.dumps(row["detected_licenses"])})
+        schema = table.schema
+        return StageOutput(
+            kept=pa.Table.from_pylist(kept, schema=schema),
+            removed=pa.Table.from_pylist(removed, schema=with_reason(schema)),
+        )
