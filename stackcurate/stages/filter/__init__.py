@@ -101,7 +101,7 @@ class FilterStage:
             table, unreadable = _convert_notebooks(table)
         text = table.column("content")
         if self.cfg.notebooks:
-            text = pc.coalesce(table.column("notebook_script"), text)
+            text = pc.coalesce(table.column("notebook_script"), text)  # pyright: ignore[reportAttributeAccessIssue]
         languages = np.array(pc.fill_null(table.column("language"), "").to_pylist(), dtype=object)
         extensions = np.array(
             [(e or "").lower().lstrip(".") for e in table.column("extension").to_pylist()], dtype=object

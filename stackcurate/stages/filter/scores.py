@@ -1,3 +1,5 @@
+# pyright: reportAttributeAccessIssue=false
+# (pyarrow.compute functions are generated at import time, so type checkers cannot see them.)
 """Quality signals over a batch of texts: each `score_<name>` is a pure function from an Arrow array of
 texts (and, for a few, paths or flags) to an array of float scores, one per document.
 
