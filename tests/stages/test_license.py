@@ -1,0 +1,170 @@
+"""License classification (The Stack v2 rules), propagation by folder, opt-out, and ScanCode detection."""
+
+import pyarrow as pa
+import pytest
+from helpers import make_table
+
+from stackcurate.core.config import build_config
+from stackcurate.core.errors import StackcurateError
+from stackcurate.pipeline import RunOptions, run_stage
+from stackcurate.stages import get_stage
+from stackcurate.stages.license import LicenseConfig, LicenseStage, read_opt_out
+
+MIT = (
+    "Permission is hereby granted, free of charge, to any person obtaining a copy of this software and associated "
+    'documentation files (the "Software"), to deal in the Software without restriction, including without '
+    "limitation the rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies of the "
+    "Software, and to permit persons to whom the Software is furnished to do so, subject to the following "
+    "conditions:\n\nThe above copyright notice and this permission notice shall be included in all copies or "
+    'substantial portions of the Software.\n\nTHE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, '
+    "EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR "
+    "PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, "
+    "DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN "
+    "CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.\n"
+)
+GPL3_NOTICE = (
+    "This program is free software: you can redistribute it and/or modify it under the terms of the GNU General "
+    "Public License as published by the Free Software Foundation, either version 3 of the License, or (at your "
+    "option) any later version.\n\nThis program is distributed in the hope that it will be useful, but WITHOUT ANY "
+    "WARRANTY; without even the implied warranty of MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the "
+    "GNU General Public License for more details.\n\nYou should have received a copy of the GNU General Public "
+    "License along with this program.  If not, see <https://www.gnu.org/licenses/>.\n"
+)
+
+
+def _stage(tmp_path, found: list[dict], **cfg) -> LicenseStage:
+    scan = tmp_path / "scan"
+    scan.mkdir()
+    import pyarrow.parquet as pq
+
+    from stackcurate.stages.license import SCAN_SCHEMA
+
+    pq.write_table(pa.Table.from_pylist(found, schema=SCAN_SCHEMA), scan / "00000.parquet")
+    return LicenseStage(LicenseConfig(detections=str(scan), **cfg))
+
+
+def _types(out) -> dict[str, str]:
+    rows = out.kept.to_pylist() + out.removed.to_pylist()
+    return {r["path"]: r["license_type"] for r in rows}
+
+
+def test_folder_licenses_apply_to_files_below_only(tmp_path):
+    stage = _stage(
+        tmp_path,
+        [
+            {"repo_name": "a/b", "folder": "/", "path": "/LICENSE", "licenses": ["MIT"]},
+            {"repo_name": "a/b", "folder": "/vendor/gpl", "path": "/vendor/gpl/COPYING", "licenses": ["GPL-3.0-only"]},
+        ],
+    )
+    out = stage(make_table([("/src/x.py", "x"), ("/vendor/gpl/y.c", "y"), ("/vendor/z.c", "z")], repo_name="a/b"))
+    assert _types(out) == {"/src/x.py": "permissive", "/vendor/gpl/y.c": "non_permissive", "/vendor/z.c": "permissive"}
+    assert [r["reason"] for r in out.removed.to_pylist()] == ["license_non_permissive"]
+    assert out.kept.to_pylist()[0]["detected_licenses"] == ["MIT"]
+
+
+def test_other_repositories_do_not_share_licenses(tmp_path):
+    stage = _stage(tmp_path, [{"repo_name": "a/b", "folder": "/", "path": "/LICENSE", "licenses": ["MIT"]}])
+    out = stage(make_table([("/x.py", "x")], repo_name="c/d"))
+    assert _types(out) == {"/x.py": "no_license"}
+    assert out.kept.num_rows == 1  # no_license is kept by default, as The Stack v2
+
+
+@pytest.mark.parametrize(
+    ("gha", "found", "expected"),
+    [
+        ("MIT", ["GPL-3.0-only"], "permissive"),  # a permissive GitHub license decides first
+        ("GPL-3.0", ["MIT"], "non_permissive"),  # any other GitHub license decides next
+        ("NOASSERTION", [], "non_permissive"),  # NOASSERTION with nothing detected
+        ("NOASSERTION", ["MIT"], "permissive"),  # ... but detections still count
+        (None, [], "no_license"),
+        (None, ["MIT", "LicenseRef-scancode-dco-1.1"], "permissive"),  # amendments are ignored
+        (None, ["LicenseRef-scancode-dco-1.1"], "no_license"),
+        (
+            None,
+            ["MIT", "LicenseRef-scancode-unknown-license-reference"],
+            "permissive",
+        ),  # ignored beside a permissive id
+        (None, ["LicenseRef-scancode-unknown-license-reference"], "non_permissive"),  # not ignored alone
+        (None, ["MIT", "GPL-2.0-only"], "non_permissive"),  # every id must be permissive
+    ],
+)
+def test_stack_v2_classification(tmp_path, gha, found, expected):
+    stage = _stage(tmp_path, [{"repo_name": "a/b", "folder": "/", "path": "/LICENSE", "licenses": found}])
+    out = stage(make_table([("/x.py", "x")], repo_name="a/b", gha_license_id=gha))
+    assert _types(out) == {"/x.py": expected}
+
+
+def test_metadata_license_type_is_trusted_unless_told_otherwise(tmp_path):
+    found = [{"repo_name": "a/b", "folder": "/", "path": "/LICENSE", "licenses": ["GPL-3.0-only"]}]
+    table = make_table([("/x.py", "x")], repo_name="a/b", license_type="permissive")
+    assert _types(_stage(tmp_path, found)(table)) == {"/x.py": "permissive"}
+    (tmp_path / "scan").rename(tmp_path / "scan0")
+    assert _types(_stage(tmp_path, found, trust_metadata=False)(table)) == {"/x.py": "non_permissive"}
+
+
+def test_keep_setting(tmp_path):
+    stage = _stage(tmp_path, [], keep=("permissive",))
+    out = stage(make_table([("/x.py", "x")], repo_name="a/b"))
+    assert out.kept.num_rows == 0 and out.removed.column("reason").to_pylist() == ["license_no_license"]
+    with pytest.raises(ValueError, match="unknown license type"):
+        LicenseConfig(keep=("free",))
+
+
+def test_opt_out_by_repository_and_owner(tmp_path):
+    optout = tmp_path / "optout.txt"
+    optout.write_text("# requests received\nAcme/Widgets\nhttps://github.com/someone/thing\nbigcorp   # whole org\n")
+    assert read_opt_out((str(optout),)) == (frozenset({"acme/widgets", "someone/thing"}), frozenset({"bigcorp"}))
+    stage = _stage(tmp_path, [], opt_out=(str(optout),))
+    files = [("/a.py", "a")]
+    out = stage(
+        pa.concat_tables(
+            [make_table(files, repo_name=r) for r in ("acme/widgets", "acme/other", "BigCorp/tool", "someone/thing")]
+        )
+    )
+    assert out.kept.column("repo_name").to_pylist() == ["acme/other"]
+    assert out.removed.column("reason").to_pylist() == ["opt_out"] * 3
+    with pytest.raises(StackcurateError, match="does not exist"):
+        read_opt_out((str(tmp_path / "missing.txt"),))
+
+
+def test_scancode_detection_through_the_stage(tmp_path):
+    """The two passes through the runner: license-like files found by name, detected by ScanCode."""
+    pytest.importorskip("licensedcode")
+    from helpers import write_records
+
+    table = pa.concat_tables(
+        [
+            make_table(
+                [("/LICENSE", MIT), ("/src/main.py", "print(1)\n"), ("/docs/README.md", "# Docs\n")],
+                repo_name="acme/mit",
+            ),
+            make_table(
+                [("/COPYING", GPL3_NOTICE), ("/main.c", "int main(void) { return 0; }\n")], repo_name="acme/gpl"
+            ),
+        ]
+    )
+    table = table.set_column(0, "doc_id", pa.array(range(table.num_rows), pa.int64()))
+    write_records(tmp_path / "in", [table])
+    spec = get_stage("license")
+    cfg = build_config(spec.config_cls, {})
+    result = run_stage(
+        spec, cfg, str(tmp_path / "out"), RunOptions(runner="local", progress=False), input_uri=str(tmp_path / "in")
+    )
+    from stackcurate.query import run_query
+
+    scanned = dict(run_query(tmp_path / "out", "select path, licenses from license_scan").fetchall())
+    assert scanned == {"/LICENSE": ["MIT"], "/docs/README.md": [], "/COPYING": ["GPL-3.0-or-later"]}
+    types = dict(
+        run_query(
+            tmp_path / "out",
+            "select path, license_type from license union all select path, license_type from license_removed",
+        ).fetchall()
+    )
+    assert types == {
+        "/LICENSE": "permissive",
+        "/src/main.py": "permissive",
+        "/docs/README.md": "permissive",
+        "/COPYING": "non_permissive",
+        "/main.c": "non_permissive",
+    }
+    assert (result.docs_out, result.docs_removed) == (3, 2)
