@@ -84,6 +84,8 @@ class FilterStage:
         self.cfg = cfg
         self.rules: RuleSet = load_rule_set(cfg.rules, parse_overrides(cfg.overrides))
         self.score_names = self.rules.score_names
+        if set(self.score_names) & set(_GROUPS["html"]):
+            import bs4  # noqa: F401 - once per worker, not on the first HTML file
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         return read_records(shard, self.cfg.batch_rows)
@@ -102,6 +104,7 @@ class FilterStage:
         text = table.column("content")
         if self.cfg.notebooks:
             text = pc.coalesce(table.column("notebook_script"), text)  # pyright: ignore[reportAttributeAccessIssue]
+        text = scores.as_texts(text)  # one contiguous array for every scorer (they would each copy it)
         languages = np.array(pc.fill_null(table.column("language"), "").to_pylist(), dtype=object)
         extensions = np.array(
             [(e or "").lower().lstrip(".") for e in table.column("extension").to_pylist()], dtype=object
@@ -139,7 +142,7 @@ class FilterStage:
                     mask |= applies(rule, languages, extensions)
             return mask
 
-        def compute(names: tuple[str, ...], fn, column: pa.ChunkedArray) -> None:  # noqa: ANN001
+        def compute(names: tuple[str, ...], fn, column: pa.Array | pa.ChunkedArray) -> None:  # noqa: ANN001
             mask = rows_for(names)
             results = [np.full(n, np.nan) for _ in names]
             if mask.any():
@@ -150,10 +153,17 @@ class FilterStage:
                     result[mask] = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float64)
             out.update(zip(names, results, strict=True))
 
+        # One compiled pass over every file gives the line, character-class and encoded-run statistics.
+        needs_pass = wanted & {*_GROUPS["line_stats"], *_GROUPS["char_fractions"], *_GROUPS["encoded"]}
+        stats = scores.text_stats(text) if needs_pass else None
+
+        def with_stats(fn):  # noqa: ANN001, ANN202 - reuse the pass when a scorer gets every row
+            return lambda column: fn(column, stats=stats if len(column) == n else None)
+
         if wanted & set(_GROUPS["line_stats"]):
-            compute(_GROUPS["line_stats"], scores.score_line_stats, text)
+            compute(_GROUPS["line_stats"], with_stats(scores.score_line_stats), text)
         if wanted & set(_GROUPS["char_fractions"]):
-            compute(_GROUPS["char_fractions"], scores.score_char_fractions, text)
+            compute(_GROUPS["char_fractions"], with_stats(scores.score_char_fractions), text)
         if wanted & set(_GROUPS["encoded"]):
             patterns = list(params["encoded_patterns"].values())
             # A lowered encoded_max_match threshold must be decided exactly too.
@@ -163,7 +173,11 @@ class FilterStage:
                 if r.score == "encoded_max_match" and r.enabled and isinstance(r.value, float)
             ]
             exact_above = min([params.get("encoded_exact_above", 1024), *limits])
-            compute(_GROUPS["encoded"], lambda t: scores.score_encoded(t, patterns, exact_above), text)
+            compute(
+                _GROUPS["encoded"],
+                with_stats(lambda t, stats: scores.score_encoded(t, patterns, exact_above, stats=stats)),
+                text,
+            )
         if wanted & set(_GROUPS["html"]):
             compute(_GROUPS["html"], scores.score_html_visible, text)
         if "num_chars" in wanted:

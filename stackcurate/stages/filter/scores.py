@@ -17,104 +17,136 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-# Each byte mapped to its class: ASCII letter, ASCII digit (alnum, not alpha), other ASCII, or part of a
-# non-ASCII character (counted separately, in Python, for the few files that have them). One bytes.translate
-# over a whole batch plus bytes.count per document (both C loops) counts classes at about 200 MB/s, several
-# times faster than numpy or a per-character Python loop.
-_CLASSES = bytes(
-    (ord("a") if chr(b).isalpha() else ord("d") if chr(b).isalnum() else ord(".")) if b < 128 else ord("h")
-    for b in range(256)
-)
-_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
+from stackcurate.stages.filter import kernel
+
+# The published encoded-data patterns the compiled kernel measures itself (others go through RE2).
+KERNEL_PATTERNS = {r"[a-zA-Z0-9+/\n=]{64,}": "b64", r"(?:\\u[0-9a-fA-F]{4}){8,}": "escape"}
+# Published patterns the pass cannot measure but can rule out for most files (it flags candidates).
+KERNEL_PRESCREEN = {r"(?:\b(?:0x|\\x)?[0-9a-fA-F]{2}(?:,|\b\s*)){8,}": "hex_candidate"}
 
 
-def _texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
+def as_texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
+    """Texts as one contiguous large_string array without nulls (a no-op when they already are)."""
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks()
-    return texts.cast(pa.large_string()).fill_null("")
+    if texts.type != pa.large_string():
+        texts = texts.cast(pa.large_string())
+    return texts.fill_null("") if texts.null_count else texts
 
 
-def score_char_fractions(texts: pa.Array) -> tuple[pa.Array, pa.Array]:
+def text_stats(texts: pa.Array) -> np.ndarray:
+    """The compiled per-document pass (kernel.COLUMNS) over a batch's UTF-8 bytes, without copying them."""
+    texts = as_texts(texts)
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
+    buffer = texts.buffers()[2]
+    data = np.frombuffer(buffer, dtype=np.uint8) if buffer is not None else np.zeros(0, np.uint8)
+    return kernel.text_stats(data, offsets)
+
+
+def _column(stats: np.ndarray, name: str) -> np.ndarray:
+    return stats[:, kernel.COLUMNS.index(name)].astype(np.float64)
+
+
+def score_char_fractions(texts: pa.Array, stats: np.ndarray | None = None) -> tuple[pa.Array, pa.Array]:
     """(alphanum_fraction, alpha_fraction): characters for which str.isalnum / str.isalpha hold, over all
     characters (newlines included), as BigCode computed them; 0 for an empty text."""
-    texts = _texts(texts)
-    data_buffer = texts.buffers()[2]
-    mapped = data_buffer.to_pybytes().translate(_CLASSES) if data_buffer is not None else b""
-    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
-    n_chars = pc.utf8_length(texts).to_pylist()
-    non_ascii = (pc.binary_length(texts).to_numpy(zero_copy_only=False) != np.array(n_chars)).tolist()
-    alnum, alpha = [], []
-    for i, (start, end) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
-        letters, digits = mapped.count(b"a", start, end), mapped.count(b"d", start, end)
-        if non_ascii[i]:  # non-ASCII characters: Unicode semantics, on those characters only
-            rare = "".join(_NON_ASCII.findall(texts[i].as_py()))
-            rare_alpha = sum(map(str.isalpha, rare))
-            letters += rare_alpha
-            digits += sum(map(str.isalnum, rare)) - rare_alpha
-        total = n_chars[i]
-        alnum.append((letters + digits) / total if total else 0.0)
-        alpha.append(letters / total if total else 0.0)
-    return pa.array(alnum, pa.float64()), pa.array(alpha, pa.float64())
+    stats = text_stats(texts) if stats is None else stats
+    letters, digits, chars = _column(stats, "letters"), _column(stats, "digits"), _column(stats, "n_chars")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (
+            pa.array(np.where(chars > 0, (letters + digits) / chars, 0.0)),
+            pa.array(np.where(chars > 0, letters / chars, 0.0)),
+        )
 
 
-def score_line_stats(texts: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+def score_line_stats(texts: pa.Array, stats: np.ndarray | None = None) -> tuple[pa.Array, pa.Array, pa.Array]:
     """(num_lines, max_line_length, avg_line_length) over str.splitlines(), as BigCode computed them."""
-    num, longest, mean = [], [], []
-    for text in _texts(texts).to_pylist():
-        lengths = list(map(len, text.splitlines()))
-        num.append(len(lengths))
-        longest.append(max(lengths, default=0))
-        mean.append(sum(lengths) / len(lengths) if lengths else 0.0)
-    return pa.array(num, pa.float64()), pa.array(longest, pa.float64()), pa.array(mean, pa.float64())
+    stats = text_stats(texts) if stats is None else stats
+    lines = _column(stats, "num_lines")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(lines > 0, _column(stats, "sum_line") / lines, 0.0)
+    return pa.array(lines), pa.array(_column(stats, "max_line")), pa.array(mean)
 
 
-def score_encoded(texts: pa.Array, patterns: Sequence[str], exact_above: float = 1024) -> tuple[pa.Array, pa.Array]:
+def score_encoded(
+    texts: pa.Array, patterns: Sequence[str], exact_above: float = 1024, stats: np.ndarray | None = None
+) -> tuple[pa.Array, pa.Array]:
     """(encoded_fraction, encoded_max_match): the share of characters inside matches of any of `patterns`
     (base64, hex, unicode-escape runs; SC2 §2.1), and the longest single match of any one pattern.
 
-    RE2 measures both on the whole batch. The share is what one alternation of the patterns matches,
-    scanned left to right. For the longest match each pattern is measured on its own: with one match, its
-    coverage is its length; with several, Python's `re` measures them where they cover more than
-    `exact_above` characters, and elsewhere the coverage (at most `exact_above`) stands in as an upper bound,
-    so a rule `encoded_max_match > t` with t >= exact_above decides exactly.
+    The published base64 and unicode-escape patterns are measured exactly by the compiled pass (their matches
+    cannot overlap: escapes contain backslashes, which end base64 runs). Any other pattern (hex) is measured
+    with RE2, and only on files where it matches: with one match its coverage is its length; with several,
+    Python's `re` measures them where they cover more than `exact_above` characters, and elsewhere the coverage
+    (at most `exact_above`) stands in as an upper bound, so `encoded_max_match > t` with t >= exact_above
+    decides exactly. Where such a pattern and another one both match a file, the share is the exact union of
+    the spans (Python's `re`); elsewhere it is the sum of the patterns' coverage.
     """
-    texts = _texts(texts)
-    n_chars = pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.float64)
+    texts = as_texts(texts)
+    if stats is not None:
+        n_chars = _column(stats, "n_chars")
+    else:
+        n_chars = pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.float64)
     longest = np.zeros(len(texts))
-    any_hit = np.zeros(len(texts), dtype=bool)
+    covered = np.zeros(len(texts))
+    kernel_hit = np.zeros(len(texts), dtype=bool)
+    other_hits: list[tuple[str, np.ndarray]] = []
     for pattern in patterns:
-        # Most files hold no match at all: find those that do first (RE2 stops at the first match).
-        hits = np.nonzero(pc.match_substring_regex(texts, pattern).to_numpy(zero_copy_only=False))[0]
+        if pattern in KERNEL_PATTERNS:
+            stats = text_stats(texts) if stats is None else stats
+            name = KERNEL_PATTERNS[pattern]
+            longest = np.maximum(longest, _column(stats, f"{name}_longest"))
+            covered += _column(stats, f"{name}_covered")
+            kernel_hit |= stats[:, kernel.COLUMNS.index(f"{name}_covered")] > 0
+            continue
+        # Most files hold no match at all: find those that do first (RE2 stops at the first match), looking
+        # only at the files the compiled pass could not rule out.
+        if pattern in KERNEL_PRESCREEN:
+            stats = text_stats(texts) if stats is None else stats
+            candidates = np.nonzero(stats[:, kernel.COLUMNS.index(KERNEL_PRESCREEN[pattern])])[0]
+        else:
+            candidates = np.arange(len(texts))
+        if not len(candidates):
+            continue
+        found = pc.match_substring_regex(texts.take(pa.array(candidates)), pattern).to_numpy(zero_copy_only=False)
+        hits = candidates[found]
         if not len(hits):
             continue
-        any_hit[hits] = True
+        other_hits.append((pattern, hits))
         subset = texts.take(pa.array(hits))
-        covered = n_chars[hits] - pc.utf8_length(pc.replace_substring_regex(subset, pattern, "")).to_numpy(
+        own = n_chars[hits] - pc.utf8_length(pc.replace_substring_regex(subset, pattern, "")).to_numpy(
             zero_copy_only=False
         )
+        covered[hits] += own
         several = pc.count_substring_regex(subset, pattern).to_numpy(zero_copy_only=False) > 1
-        bound = covered.copy()  # exact for one match; no single match is longer than all of them
+        bound = own.copy()  # exact for one match; no single match is longer than all of them
         compiled = re.compile(pattern)
-        for j in np.nonzero(several & (covered > exact_above))[0]:
+        for j in np.nonzero(several & (own > exact_above))[0]:
             bound[j] = max((m.end() - m.start() for m in compiled.finditer(texts[int(hits[j])].as_py())), default=0)
         longest[hits] = np.maximum(longest[hits], bound)
-    covered_all = np.zeros(len(texts))
-    hits = np.nonzero(any_hit)[0]
-    if len(hits):
-        combined = "|".join(f"(?:{p})" for p in patterns)
-        subset = texts.take(pa.array(hits))
-        covered_all[hits] = n_chars[hits] - pc.utf8_length(pc.replace_substring_regex(subset, combined, "")).to_numpy(
-            zero_copy_only=False
-        )
+    # Files matched by several measured-apart patterns: replace the summed coverage by the exact union.
+    counts = kernel_hit.astype(np.int64)
+    for _, hits in other_hits:
+        counts[hits] += 1
+    compiled_all = [re.compile(p) for p in patterns]
+    for i in np.nonzero(counts > 1)[0]:
+        text = texts[int(i)].as_py()
+        spans = sorted(m.span() for rx in compiled_all for m in rx.finditer(text))
+        union, reach = 0, 0
+        for a, b in spans:
+            if b > reach:
+                union += b - max(a, reach)
+                reach = b
+        covered[i] = union
     with np.errstate(divide="ignore", invalid="ignore"):
-        return pa.array(np.where(n_chars > 0, covered_all / n_chars, 0.0)), pa.array(longest)
+        return pa.array(np.where(n_chars > 0, covered / n_chars, 0.0)), pa.array(longest)
 
 
 def score_autogen_phrase(texts: pa.Array, phrases: Sequence[str], first_lines: int) -> pa.Array:
     """1.0 when any phrase occurs (case-insensitively) in the first `first_lines` lines, else 0.0."""
     lowered = [p.lower() for p in phrases]
     out = []
-    for text in _texts(texts).to_pylist():
+    for text in as_texts(texts).to_pylist():
         end = -1
         for _ in range(first_lines):  # the first lines only, without splitting the whole file
             end = text.find("\n", end + 1)
@@ -127,7 +159,7 @@ def score_autogen_phrase(texts: pa.Array, phrases: Sequence[str], first_lines: i
 
 def score_xml_header(texts: pa.Array, head_chars: int = 100) -> pa.Array:
     """1.0 when `<?xml version=` occurs in the first `head_chars` characters (StarCoder's XML filter)."""
-    return pa.array([1.0 if "<?xml version=" in t[:head_chars] else 0.0 for t in _texts(texts).to_pylist()])
+    return pa.array([1.0 if "<?xml version=" in t[:head_chars] else 0.0 for t in as_texts(texts).to_pylist()])
 
 
 def score_html_visible(texts: pa.Array) -> tuple[pa.Array, pa.Array]:
@@ -136,7 +168,7 @@ def score_html_visible(texts: pa.Array) -> tuple[pa.Array, pa.Array]:
     from bs4 import BeautifulSoup
 
     fractions, visible = [], []
-    for text in _texts(texts).to_pylist():
+    for text in as_texts(texts).to_pylist():
         try:
             soup = BeautifulSoup(text, "html.parser")
             for tag in soup(["script", "style"]):
@@ -152,14 +184,14 @@ def score_html_visible(texts: pa.Array) -> tuple[pa.Array, pa.Array]:
 
 
 def score_num_chars(texts: pa.Array) -> pa.Array:
-    return pc.utf8_length(_texts(texts)).cast(pa.float64())
+    return pc.utf8_length(as_texts(texts)).cast(pa.float64())
 
 
 def score_name_allowed(paths: pa.Array, contains: Sequence[str], stems: Sequence[str]) -> pa.Array:
     """1.0 when the lower-cased file name contains one of `contains` or its stem is one of `stems`
     (SC2's allow-list for Text files: requirements, README, NOTES, TODO, DESCRIPTION, CMakeLists)."""
     out = []
-    for path in _texts(paths).to_pylist():
+    for path in as_texts(paths).to_pylist():
         name = PurePosixPath(path).name.lower()
         stem = name.split(".", 1)[0]
         out.append(1.0 if any(c in name for c in contains) or stem in stems else 0.0)
