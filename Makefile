@@ -5,7 +5,7 @@ PIP ?= $(PYTHON) -m pip
 .PHONY: demo test install install-dev style quality bench
 
 install:
-	$(PIP) install -q -e ".[ray]"
+	$(PIP) install -q -e ".[all]"
 
 install-dev:
 	$(PIP) install -q -e ".[dev]"

@@ -85,7 +85,7 @@ class FilterStage:
         self.rules: RuleSet = load_rule_set(cfg.rules, parse_overrides(cfg.overrides))
         self.score_names = self.rules.score_names
         if set(self.score_names) & set(_GROUPS["html"]):
-            import bs4  # noqa: F401 - once per worker, not on the first HTML file
+            scores.score_html_visible(pa.array(["<p>&amp;</p>"]))  # bs4's import and entity tables, once
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         return read_records(shard, self.cfg.batch_rows)
@@ -102,8 +102,9 @@ class FilterStage:
         if self.cfg.notebooks:
             table, unreadable = _convert_notebooks(table)
         text = table.column("content")
-        if self.cfg.notebooks:
-            text = pc.coalesce(table.column("notebook_script"), text)  # pyright: ignore[reportAttributeAccessIssue]
+        scripts = table.column("notebook_script") if self.cfg.notebooks else None
+        if scripts is not None and scripts.null_count < len(scripts):  # (coalesce copies every text)
+            text = pc.coalesce(scripts, text)  # pyright: ignore[reportAttributeAccessIssue]
         text = scores.as_texts(text)  # one contiguous array for every scorer (they would each copy it)
         languages = np.array(pc.fill_null(table.column("language"), "").to_pylist(), dtype=object)
         extensions = np.array(

@@ -31,10 +31,16 @@ for _c in b"\n\r\x0b\x0c\x1c\x1d\x1e":
 # Characters a hex-data match can contain: hex digits, the 0x / \x prefixes, commas, whitespace.
 for _c in b"0123456789abcdefABCDEFx\\, \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f":
     _FLAGS[_c] |= _HEXRUN
+# Hex-run tracking as one lookup: +1 for a hex digit, 0 for another character of a run, a large negative
+# (clamped to 0) for anything that ends the run.
+_HEXSTEP = np.full(256, -(1 << 30), dtype=np.int64)
 _HEX = np.zeros(256, dtype=np.bool_)
 for _c in b"0123456789abcdefABCDEF":
     _HEX[_c] = True
     _FLAGS[_c] |= _HEXDIGIT
+for _c in range(256):
+    if _FLAGS[_c] & _HEXRUN:
+        _HEXSTEP[_c] = 1 if _HEX[_c] else 0
 
 
 def _unicode_tables() -> np.ndarray:
@@ -65,13 +71,15 @@ _UNICODE = _unicode_tables()
 
 
 @njit(cache=True, nogil=True)
-def _stats(data, offsets, flags, hexdigit, classes, out):  # noqa: ANN001, ANN202 - numba infers the signature
+def _stats(data, offsets, flags, hexdigit, hexstep, classes, out):  # noqa: ANN001, ANN202 - numba infers the signature
     """Fill `out` (documents x COLUMNS): see COLUMNS."""
     for d in range(len(offsets) - 1):
         start, end = offsets[d], offsets[d + 1]
         lines = longest = total = current = chars = letters = digits = non_ascii = 0
         run = b64_longest = b64_covered = 0
         hex_digits = hex_candidate = 0
+        esc_longest = esc_covered = esc_length = 0
+        esc_next = -1  # where the next \\uXXXX unit must start to continue the current sequence
         i = start
         while i < end:
             c = data[i]
@@ -82,15 +90,32 @@ def _stats(data, offsets, flags, hexdigit, classes, out):  # noqa: ANN001, ANN20
                 letters += (f >> 1) & 1
                 digits += (f >> 2) & 1
                 # A hex-data match needs 8 pairs (16 hex digits) inside one run of its characters.
-                hex_digits = (hex_digits + ((f >> 5) & 1)) * ((f >> 4) & 1)
+                hex_digits = max(hex_digits + hexstep[c], 0)
                 hex_candidate |= hex_digits >= 16
-                if f & 1:
-                    run += 1
-                elif run:
-                    if run >= 64:
-                        b64_covered += run
-                        b64_longest = max(b64_longest, run)
-                    run = 0
+                # \\uXXXX sequences (units start with a backslash, so they cannot overlap): a unit at
+                # esc_next continues the sequence, any other unit ends it and starts a new one.
+                if c == 92 and (
+                    i + 5 < end
+                    and data[i + 1] == 117
+                    and hexdigit[data[i + 2]]
+                    and hexdigit[data[i + 3]]
+                    and hexdigit[data[i + 4]]
+                    and hexdigit[data[i + 5]]
+                ):
+                    if i != esc_next:
+                        if esc_length >= 48:
+                            esc_covered += esc_length
+                            esc_longest = max(esc_longest, esc_length)
+                        esc_length = 0
+                    esc_length += 6
+                    esc_next = i + 6
+                # Base64 runs, branch-free: `ended` is the length of a run this byte ends (0 otherwise).
+                in_class = f & 1
+                ended = run * (1 - in_class)
+                if ended >= 64:  # rare, so well predicted
+                    b64_covered += ended
+                    b64_longest = max(b64_longest, ended)
+                run = (run + 1) * in_class
                 if f & 8:
                     if c == 13 and i + 1 < end and data[i + 1] == 10:
                         i += 1  # \r\n is one break (and its \n one more character of a base64 run)
@@ -144,30 +169,9 @@ def _stats(data, offsets, flags, hexdigit, classes, out):  # noqa: ANN001, ANN20
             lines += 1
             total += current
             longest = max(longest, current)
-        # \uXXXX sequences: units start with a backslash, so a sequence read to its end cannot restart
-        # inside itself; continuing after it gives the regex's leftmost matches.
-        # (The unit test is written out inline: numba does not inline a helper called once per byte.)
-        esc_longest = esc_covered = 0
-        j = start
-        while j < end:
-            if data[j] != 92:
-                j += 1
-                continue
-            k = j
-            while (
-                k + 5 < end
-                and data[k] == 92
-                and data[k + 1] == 117
-                and hexdigit[data[k + 2]]
-                and hexdigit[data[k + 3]]
-                and hexdigit[data[k + 4]]
-                and hexdigit[data[k + 5]]
-            ):
-                k += 6
-            if k - j >= 48:
-                esc_covered += k - j
-                esc_longest = max(esc_longest, k - j)
-            j = max(k, j + 1)
+        if esc_length >= 48:
+            esc_covered += esc_length
+            esc_longest = max(esc_longest, esc_length)
         out[d, 0] = lines
         out[d, 1] = longest
         out[d, 2] = total
@@ -202,5 +206,58 @@ def text_stats(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Per-document statistics (rows = documents, columns = COLUMNS) of UTF-8 `data` cut at `offsets`."""
     out = np.zeros((max(len(offsets) - 1, 0), len(COLUMNS)), dtype=np.int64)
     if len(offsets) > 1:
-        _stats(data, offsets, _FLAGS, _HEX, _UNICODE, out)
+        _stats(data, offsets, _FLAGS, _HEX, _HEXSTEP, _UNICODE, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _head_phrases(data, offsets, phrases, phrase_offsets, first_lines, out):  # noqa: ANN001, ANN202
+    """out[d] = 1 if a phrase occurs in document d's first `first_lines` lines (ASCII lower-cased), 0 if none
+    does, 2 if those lines hold non-ASCII text (Python decides: str.lower maps a few such characters to ASCII)."""
+    for d in range(len(offsets) - 1):
+        start, end = offsets[d], offsets[d + 1]
+        head_end = start
+        seen = 0
+        non_ascii = False
+        while head_end < end:
+            if data[head_end] >= 128:
+                non_ascii = True
+            if data[head_end] == 10:
+                seen += 1
+                if seen == first_lines:
+                    break
+            head_end += 1
+        if non_ascii:
+            out[d] = 2
+            continue
+        found = 0
+        for p in range(len(phrase_offsets) - 1):
+            p_start, p_end = phrase_offsets[p], phrase_offsets[p + 1]
+            length = p_end - p_start
+            i = start
+            while i + length <= head_end and not found:
+                k = 0
+                while k < length:
+                    c = data[i + k]
+                    if 65 <= c <= 90:
+                        c += 32
+                    if c != phrases[p_start + k]:
+                        break
+                    k += 1
+                if k == length:
+                    found = 1
+                i += 1
+            if found:
+                break
+        out[d] = found
+
+
+def head_phrases(data: np.ndarray, offsets: np.ndarray, phrases: list[str], first_lines: int) -> np.ndarray:
+    """Per document: 1 phrase found in the first lines, 0 not found, 2 undecided (non-ASCII head)."""
+    encoded = [p.lower().encode("ascii") for p in phrases]
+    flat = np.frombuffer(b"".join(encoded), dtype=np.uint8) if encoded else np.zeros(0, np.uint8)
+    phrase_offsets = np.cumsum([0, *map(len, encoded)]).astype(np.int64)
+    out = np.zeros(max(len(offsets) - 1, 0), dtype=np.uint8)
+    if len(offsets) > 1:
+        _head_phrases(data, offsets, flat, phrase_offsets, first_lines, out)
     return out

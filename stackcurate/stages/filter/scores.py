@@ -143,18 +143,30 @@ def score_encoded(
 
 
 def score_autogen_phrase(texts: pa.Array, phrases: Sequence[str], first_lines: int) -> pa.Array:
-    """1.0 when any phrase occurs (case-insensitively) in the first `first_lines` lines, else 0.0."""
+    """1.0 when any phrase occurs (case-insensitively) in the first `first_lines` lines, else 0.0.
+
+    The compiled pass decides ASCII heads; Python's str.lower decides the rest (it maps a few non-ASCII
+    characters, such as the Kelvin sign, to ASCII letters).
+    """
+    texts = as_texts(texts)
     lowered = [p.lower() for p in phrases]
-    out = []
-    for text in as_texts(texts).to_pylist():
+    if all(p.isascii() for p in lowered):
+        offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
+        buffer = texts.buffers()[2]
+        data = np.frombuffer(buffer, dtype=np.uint8) if buffer is not None else np.zeros(0, np.uint8)
+        decided = kernel.head_phrases(data, offsets, lowered, first_lines).astype(np.float64)
+    else:
+        decided = np.full(len(texts), 2.0)
+    for i in np.nonzero(decided == 2)[0]:
+        text = texts[int(i)].as_py()
         end = -1
         for _ in range(first_lines):  # the first lines only, without splitting the whole file
             end = text.find("\n", end + 1)
             if end < 0:
                 break
         head = (text if end < 0 else text[:end]).lower()
-        out.append(1.0 if any(p in head for p in lowered) else 0.0)
-    return pa.array(out, pa.float64())
+        decided[i] = 1.0 if any(p in head for p in lowered) else 0.0
+    return pa.array(decided, pa.float64())
 
 
 def score_xml_header(texts: pa.Array, head_chars: int = 100) -> pa.Array:
