@@ -95,6 +95,7 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
         scan = spec.scan()
         run_stage(scan, cfg, out, opts, input_uri=input_uri)
         cfg = dataclasses.replace(cfg, detections=io.join(out, scan.name))
+    spec.build(cfg)  # check the config and its files here, as one-line errors, before any worker starts
     shards = spec.plan(cfg, input_uri)
     stage_dir = StageDir(out, spec.name)
     if opts.dry_run:

@@ -116,3 +116,19 @@ def test_stats_counts_add_up(ingested, capsys):
 def test_resolved_config_is_saved_next_to_output(ingested):
     saved = (Path(ingested) / "ingest" / "_config.yaml").read_text()
     assert "max_bytes: 1000000" in saved and "stage: ingest" in saved
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["filter", "--rules", "filters/nope.yaml"], "rule set filters/nope.yaml does not exist"),
+        (["filter", "--rules", "filters/starcoder2_v1.yaml", "--overrides", "bogus=3"], "unknown rule 'bogus'"),
+        (["decontaminate", "--benchmarks", "nope.jsonl"], "benchmark file nope.jsonl does not exist"),
+        (["license", "--keep", "free"], "unknown license type 'free'"),
+    ],
+)
+def test_stage_config_errors_come_before_any_work(ingested, capsys, argv, message):
+    """A bad setting is one line, even with an earlier output in the way and before any worker starts."""
+    line = _one_line_error(capsys, [argv[0], "--out", str(ingested), "--runner", "ray", *argv[1:]])
+    assert message in line
+    assert not (ingested / argv[0]).exists()

@@ -92,6 +92,19 @@ class Stage(Protocol):
 StageFactory = Callable[[], Stage]
 
 
+def split_by_reason(
+    table: pa.Table, reasons: list[str | None], details: list[str | None] | None = None
+) -> StageOutput:
+    """Kept rows (reason None) and removed rows with their `reason` and `detail` columns."""
+    drop = pa.array([r is not None for r in reasons], pa.bool_())
+    removed = table.filter(drop)
+    removed = removed.append_column("reason", pa.array([r for r in reasons if r is not None], pa.string()))
+    kept_details = [d for d, r in zip(details or [None] * len(reasons), reasons, strict=True) if r is not None]
+    removed = removed.append_column("detail", pa.array(kept_details, pa.string()))
+    kept = table.filter(pc.invert(drop))  # pyright: ignore[reportAttributeAccessIssue]
+    return StageOutput(kept=kept, removed=removed.cast(with_reason(kept.schema)))
+
+
 class StageDir:
     """The output folder of one stage: file names, the plan, completion markers."""
 

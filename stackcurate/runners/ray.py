@@ -31,8 +31,6 @@ def init(address: str | None = None, num_cpus: int | None = None) -> None:
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True}
-    # Ray Data logs every dataset at INFO; our progress bar and summary line say what a user needs.
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
     try:
         if address:
             ray.init(address=address, **kwargs)
@@ -74,6 +72,10 @@ def run(
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False  # one bar of our own, counted in shards and documents
+    # Ray Data logs every dataset at INFO (and sets its executor's logger level itself, so name it); our
+    # progress bar and summary line say what a user needs.
+    for name in ("ray.data", "ray.data._internal.execution.streaming_executor"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "progress bars disabled"
     ctx.print_on_execution_start = False
     available = int(ray.cluster_resources().get("CPU", 1))

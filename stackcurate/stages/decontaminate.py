@@ -23,12 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.schema import with_reason
-from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema
+from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,11 +146,4 @@ class DecontaminateStage:
             found = self.first_match(text or "")
             reasons.append(f"decontam_{found[0]}" if found else None)
             details.append(found[1] if found else None)
-        drop = pa.array([r is not None for r in reasons])
-        removed = table.filter(drop)
-        removed = removed.append_column("reason", pa.array([r for r in reasons if r], pa.string()))
-        removed = removed.append_column(
-            "detail", pa.array([d for d, r in zip(details, reasons, strict=True) if r], pa.string())
-        )
-        kept = table.filter(pc.invert(drop))  # pyright: ignore[reportAttributeAccessIssue]
-        return StageOutput(kept=kept, removed=removed.cast(with_reason(kept.schema)))
+        return split_by_reason(table, reasons, details)

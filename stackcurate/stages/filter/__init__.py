@@ -27,8 +27,7 @@ import pyarrow.compute as pc
 
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.schema import with_reason
-from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema
+from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
 from stackcurate.stages.filter import notebooks, scores
 from stackcurate.stages.filter.rules import RuleSet, applies, decide, load_rule_set, table_score
 
@@ -119,14 +118,7 @@ class FilterStage:
         details: list[str | None] = [None] * table.num_rows
         for i, why in unreadable:
             reasons[i], details[i] = "notebook_unreadable", why
-        drop = pa.array([r is not None for r in reasons])
-        removed = table.filter(drop)
-        removed = removed.append_column("reason", pa.array([r for r in reasons if r is not None], pa.string()))
-        removed = removed.append_column(
-            "detail", pa.array([d for d, r in zip(details, reasons, strict=True) if r is not None], pa.string())
-        )
-        kept = table.filter(pc.invert(drop))  # pyright: ignore[reportAttributeAccessIssue]
-        return StageOutput(kept=kept, removed=removed.cast(with_reason(kept.schema)))
+        return split_by_reason(table, reasons, details)
 
     def _scores(
         self, table: pa.Table, text: pa.ChunkedArray, languages: np.ndarray, extensions: np.ndarray
