@@ -77,3 +77,28 @@ def test_head_phrases_match_python_lower():
         np.frombuffer(arr.buffers()[2], np.uint8), np.frombuffer(arr.buffers()[1], np.int64), phrases, 5
     )
     assert got.tolist() == [1, 0, 1, 2, 0]  # 2: a non-ASCII head is left to Python's str.lower
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        "<html><head><title>T</title><style>p{}</style></head><body><p>Hello &amp; bye</p></body></html>",
+        "<!DOCTYPE html>\n<html>\n  <body>\n    <pre>  keep   \n  this </pre>\n    <p> x </p>\n  </body>\n</html>\n",
+        "<div><script>var a = '<p>not text</p>';</script>visible<!-- comment --></div>",
+        "<p>unclosed <b>bold <i>both</p> tail &nbsp; &unknown; &#65; &#x42;",
+        "<textarea>\n\n</textarea>\n\n<span>\t</span>",
+        "<script>never closed <p>hidden",
+        "plain text, no tags at all\n",
+        "<![CDATA[ data ]]><?php echo 1; ?><br/>after",
+    ],
+)
+def test_html_visible_text_equals_beautifulsoup(page):
+    bs4 = pytest.importorskip("bs4")
+    from stackcurate.stages.filter.scores import score_html_visible
+
+    soup = bs4.BeautifulSoup(page, "html.parser")
+    for tag in soup(["script", "style"]):
+        tag.decompose()
+    fraction, chars = score_html_visible(pa.array([page]))
+    assert chars.to_pylist() == [len(soup.get_text())]
+    assert fraction.to_pylist() == [pytest.approx(len(soup.get_text()) / len(page))]
