@@ -69,6 +69,51 @@ def test_kernel_equals_python_definitions(seed):
     assert sum(bool(HEX.search(t)) for t in texts) > 50  # the random texts do exercise the pattern
 
 
+# Mostly plain ASCII code, so most 8-byte words take the kernel's word-at-a-time path, with runs and hex data
+# that cross word boundaries at every alignment.
+PLAIN = [
+    "foo",
+    "bar_baz",
+    " ",
+    "  ",
+    "=",
+    "+",
+    "/",
+    "(",
+    ")",
+    ":",
+    "12",
+    "0x1f",
+    ", ",
+    ",",
+    "x",
+    "de",
+    "ad",
+    "AB",
+    "A" * 60,
+    "QUJD" * 17,
+    "a1+/=" * 13,
+    "0x00, " * 9,
+    "ff " * 9,
+    "\n",
+    "\r\n",
+    "\t",
+    "é",
+    "\\u0041" * 8,
+    "{",
+]
+PLAIN_WEIGHTS = [20, 10, 25, 5, 5, 3, 3, 5, 5, 3, 5, 4, 4, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 3, 1, 1, 0.2, 0.2, 1]
+
+
+def test_kernel_word_path_equals_python_definitions():
+    rnd = random.Random(7)
+    texts = ["".join(rnd.choices(PLAIN, PLAIN_WEIGHTS, k=rnd.randint(0, 300))) for _ in range(3000)]
+    got = _stats(texts)
+    assert [t for i, t in enumerate(texts) if list(got[i][:11]) != reference(t)] == []
+    candidate = got[:, COLUMNS.index("hex_candidate")]
+    assert not [t for i, t in enumerate(texts) if HEX.search(t) and not candidate[i]]
+
+
 def test_head_phrases_match_python_lower():
     phrases = ["auto-generated", "this file is generated"]
     texts = ["# Auto-Generated\nx", "x\n" * 5 + "auto-generated", "THIS FILE IS GENERATED", "é\nauto-generated", ""]

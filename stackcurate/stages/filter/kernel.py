@@ -43,6 +43,22 @@ for _c in range(256):
         _HEXSTEP[_c] = 1 if _HEX[_c] else 0
 
 
+# SWAR (8 bytes at a time) for plain ASCII words: per-byte flags are gathered into one byte (byte k -> bit k)
+# by a multiplication, and these tables answer questions about such 8-bit patterns.
+_PACK = np.uint64(0x0002040810204081)
+_POP = np.array([bin(p).count("1") for p in range(256)], dtype=np.int64)
+_TRAIL1 = np.array([next(k for k in range(9) if k == 8 or not p >> k & 1) for p in range(256)], dtype=np.int64)
+_LEAD1 = np.array([next(k for k in range(9) if k == 8 or not p >> (7 - k) & 1) for p in range(256)], dtype=np.int64)
+# [run-character pattern, hex-digit pattern] -> hex digits before the first / after the last non-run byte
+_HEX_LOW = np.array(
+    [[bin(h & ((1 << _TRAIL1[r]) - 1)).count("1") for h in range(256)] for r in range(256)], dtype=np.int64
+)
+_HEX_HIGH = np.array(
+    [[bin(h >> (8 - _LEAD1[r])).count("1") if _LEAD1[r] else 0 for h in range(256)] for r in range(256)],
+    dtype=np.int64,
+)
+
+
 def _unicode_tables() -> np.ndarray:
     """uint8 per code point: 1 = str.isalpha, 2 = str.isalnum but not alpha (digits, numerals)."""
     import os
@@ -70,8 +86,33 @@ def _unicode_tables() -> np.ndarray:
 _UNICODE = _unicode_tables()
 
 
+_ONES = np.uint64(0x0101010101010101)
+_HIGH = np.uint64(0x8080808080808080)
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _range_mask(w, lo, hi):  # noqa: ANN001, ANN202
+    """Bit 7 set in each byte of `w` (all bytes < 0x80) that lies in [lo, hi]."""
+    above = w + _ONES * np.uint64(0x80 - lo)
+    past = w + _ONES * np.uint64(0x80 - hi - 1)
+    return above & ~past & _HIGH
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _equal_mask(w, ch):  # noqa: ANN001, ANN202
+    """Bit 7 set in each byte of `w` equal to `ch` (exact: no borrow between bytes)."""
+    v = w ^ (_ONES * np.uint64(ch))
+    return ~(((v & _LOW7) + _LOW7) | v | _LOW7) & _HIGH
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pack(mask):  # noqa: ANN001, ANN202
+    return (mask * _PACK) >> np.uint64(56)
+
+
 @njit(cache=True, nogil=True)
-def _stats(data, offsets, flags, hexdigit, hexstep, classes, out):  # noqa: ANN001, ANN202 - numba infers the signature
+def _stats(data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail1, lead1, hex_low, hex_high, out):  # noqa: ANN001, ANN202 - numba infers the signature
     """Fill `out` (documents x COLUMNS): see COLUMNS."""
     for d in range(len(offsets) - 1):
         start, end = offsets[d], offsets[d + 1]
@@ -82,6 +123,39 @@ def _stats(data, offsets, flags, hexdigit, hexstep, classes, out):  # noqa: ANN0
         esc_next = -1  # where the next \\uXXXX unit must start to continue the current sequence
         i = start
         while i < end:
+            if (i & 7) == 0 and i + 8 <= end:
+                w = words[i >> 3]
+                # Plain: ASCII, no control byte (line breaks, tabs), no backslash. Such a word is handled at once.
+                v = w ^ (_ONES * np.uint64(92))
+                special = (w & _HIGH) | ((w - _ONES * np.uint64(0x20)) & ~w & _HIGH) | ((v - _ONES) & ~v & _HIGH)
+                if special == 0:
+                    folded = w | (_ONES * np.uint64(0x20))
+                    letter = _range_mask(folded, 0x61, 0x7A)
+                    digit = _range_mask(w, 0x30, 0x39)
+                    letters += pop[_pack(letter)]
+                    digits += pop[_pack(digit)]
+                    b64 = _pack(letter | digit | _equal_mask(w, 43) | _equal_mask(w, 47) | _equal_mask(w, 61))
+                    if b64 == 255:
+                        run += 8
+                    else:
+                        ended = run + trail1[b64]
+                        if ended >= 64:
+                            b64_covered += ended
+                            b64_longest = max(b64_longest, ended)
+                        run = lead1[b64]
+                    hexd = digit | _range_mask(folded, 0x61, 0x66)
+                    hex_run = _pack(hexd | _equal_mask(w, 120) | _equal_mask(w, 44) | _equal_mask(w, 32))
+                    hex_pattern = _pack(hexd)
+                    if hex_run == 255:
+                        hex_digits += pop[hex_pattern]
+                    else:
+                        hex_candidate |= hex_digits + hex_low[hex_run, hex_pattern] >= 16
+                        hex_digits = hex_high[hex_run, hex_pattern]
+                    hex_candidate |= hex_digits >= 16
+                    chars += 8
+                    current += 8
+                    i += 8
+                    continue
             c = data[i]
             if c < 128:
                 # Branch-free counting; branches only for rare events (a line break, the end of a run).
@@ -206,7 +280,11 @@ def text_stats(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Per-document statistics (rows = documents, columns = COLUMNS) of UTF-8 `data` cut at `offsets`."""
     out = np.zeros((max(len(offsets) - 1, 0), len(COLUMNS)), dtype=np.int64)
     if len(offsets) > 1:
-        _stats(data, offsets, _FLAGS, _HEX, _HEXSTEP, _UNICODE, out)
+        # 8-byte words over the same memory; `data` must start 8-byte aligned (Arrow buffers are 64-aligned).
+        if data.ctypes.data % 8:
+            data = data.copy()
+        words = data[: len(data) - len(data) % 8].view(np.uint64)
+        _stats(data, words, offsets, _FLAGS, _HEX, _HEXSTEP, _UNICODE, _POP, _TRAIL1, _LEAD1, _HEX_LOW, _HEX_HIGH, out)
     return out
 
 
