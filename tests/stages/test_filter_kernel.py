@@ -147,3 +147,42 @@ def test_html_visible_text_equals_beautifulsoup(page):
     fraction, chars = score_html_visible(pa.array([page]))
     assert chars.to_pylist() == [len(soup.get_text())]
     assert fraction.to_pylist() == [pytest.approx(len(soup.get_text()) / len(page))]
+
+
+def _encoded_reference(text: str, patterns: list[re.Pattern]) -> tuple[float, int]:
+    """The published definition: the union of all matches' spans over the text, and the longest match."""
+    spans = sorted(m.span() for rx in patterns for m in rx.finditer(text))
+    union = reach = 0
+    for a, b in spans:
+        if b > reach:
+            union += b - max(a, reach)
+            reach = b
+    return (union / len(text) if text else 0.0), max((b - a for a, b in spans), default=0)
+
+
+def test_encoded_scores_equal_python_on_every_path():
+    from stackcurate.stages.filter.scores import score_encoded
+
+    patterns = [B64.pattern, HEX.pattern, ESCAPES.pattern]
+    rnd = random.Random(13)
+    units = ["0x1f", "de", "00", "\\x0a", "FF"]
+    seps = [",", " ", "\n", "  ", ", "]
+
+    def chain() -> str:
+        return "".join(rnd.choice(units) + rnd.choice(seps) for _ in range(rnd.randint(6, 12)))
+
+    pieces = [
+        chain,
+        lambda: "QUJD" * rnd.randint(10, 30),
+        lambda: "\\u0041" * rnd.randint(6, 10),
+        lambda: "int x = 1;\n",
+        lambda: "é ",
+        lambda: rnd.choice(units),
+        lambda: "\u00a0",
+    ]
+    texts = ["".join(rnd.choice(pieces)() for _ in range(rnd.randint(0, 12))) for _ in range(3000)]
+    fraction, longest = score_encoded(pa.array(texts), patterns)
+    expected = [_encoded_reference(t, [B64, HEX, ESCAPES]) for t in texts]
+    assert longest.to_pylist() == [e[1] for e in expected]
+    assert fraction.to_pylist() == pytest.approx([e[0] for e in expected])
+    assert sum(1 for t in texts if HEX.search(t)) > 100  # every path is exercised

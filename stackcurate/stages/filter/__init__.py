@@ -159,17 +159,8 @@ class FilterStage:
             compute(_GROUPS["char_fractions"], with_stats(scores.score_char_fractions), text)
         if wanted & set(_GROUPS["encoded"]):
             patterns = list(params["encoded_patterns"].values())
-            # A lowered encoded_max_match threshold must be decided exactly too.
-            limits = [
-                r.value
-                for r in self.rules.rules
-                if r.score == "encoded_max_match" and r.enabled and isinstance(r.value, float)
-            ]
-            exact_above = min([params.get("encoded_exact_above", 1024), *limits])
             compute(
-                _GROUPS["encoded"],
-                with_stats(lambda t, stats: scores.score_encoded(t, patterns, exact_above, stats=stats)),
-                text,
+                _GROUPS["encoded"], with_stats(lambda t, stats: scores.score_encoded(t, patterns, stats=stats)), text
             )
         if wanted & set(_GROUPS["html"]):
             compute(_GROUPS["html"], scores.score_html_visible, text)

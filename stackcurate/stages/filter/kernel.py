@@ -20,7 +20,7 @@ from numba import njit
 
 # Per-byte flags for the ASCII range, and Python's own str.isalpha / str.isalnum for every code point, so the
 # pass reproduces those methods exactly for any text (the tables cost ~1 s to build once per process).
-_B64, _LETTER, _DIGIT, _BREAK, _HEXRUN, _HEXDIGIT = 1, 2, 4, 8, 16, 32
+_B64, _LETTER, _DIGIT, _BREAK, _HEXRUN, _HEXDIGIT, _SEP = 1, 2, 4, 8, 16, 32, 64
 _FLAGS = np.zeros(256, dtype=np.uint8)
 for _c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/\n=":
     _FLAGS[_c] |= _B64
@@ -41,6 +41,9 @@ for _c in b"0123456789abcdefABCDEF":
 for _c in range(256):
     if _FLAGS[_c] & _HEXRUN:
         _HEXSTEP[_c] = 1 if _HEX[_c] else 0
+# What may follow a unit's two hex digits inside a match: a comma, whitespace, or the backslash of \xHH.
+for _c in b", \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\\":
+    _FLAGS[_c] |= _SEP
 
 
 # SWAR (8 bytes at a time) for plain ASCII words: per-byte flags are gathered into one byte (byte k -> bit k)
@@ -60,10 +63,11 @@ _HEX_HIGH = np.array(
 
 
 def _unicode_tables() -> np.ndarray:
-    """uint8 per code point: 1 = str.isalpha, 2 = str.isalnum but not alpha (digits, numerals)."""
+    """uint8 flags per code point, from Python itself: 1 = str.isalpha, 2 = str.isalnum but not alpha
+    (digits, numerals), 4 = str.isspace. Cached on disk: building it takes about a second."""
     import os
 
-    path = os.path.join(os.path.dirname(__file__), "__pycache__", "unicode_classes.npy")
+    path = os.path.join(os.path.dirname(__file__), "__pycache__", "unicode_classes_v2.npy")
     try:
         return np.load(path)
     except (OSError, ValueError):
@@ -71,10 +75,7 @@ def _unicode_tables() -> np.ndarray:
     table = np.zeros(0x110000, dtype=np.uint8)
     for code in range(0x110000):
         ch = chr(code)
-        if ch.isalpha():
-            table[code] = 1
-        elif ch.isalnum():
-            table[code] = 2
+        table[code] = (1 if ch.isalpha() else 2 if ch.isalnum() else 0) | (4 if ch.isspace() else 0)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         np.save(path, table)
@@ -108,7 +109,8 @@ def _equal_mask(w, ch):  # noqa: ANN001, ANN202
 
 @njit(cache=True, nogil=True, inline="always")
 def _pack(mask):  # noqa: ANN001, ANN202
-    return (mask * _PACK) >> np.uint64(56)
+    """The 8 per-byte flags of `mask` (bit 7 of each byte) as one int64 pattern, byte k at bit k."""
+    return np.int64((mask * _PACK) >> np.uint64(56))
 
 
 @njit(cache=True, nogil=True)
@@ -118,7 +120,7 @@ def _stats(data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail1,
         start, end = offsets[d], offsets[d + 1]
         lines = longest = total = current = chars = letters = digits = non_ascii = 0
         run = b64_longest = b64_covered = 0
-        hex_digits = hex_candidate = 0
+        hex_digits = hex_candidate = hex_ends = previous_hex = 0
         esc_longest = esc_covered = esc_length = 0
         esc_next = -1  # where the next \\uXXXX unit must start to continue the current sequence
         i = start
@@ -143,15 +145,25 @@ def _stats(data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail1,
                             b64_covered += ended
                             b64_longest = max(b64_longest, ended)
                         run = lead1[b64]
+                    # Hex-data candidates: 16 hex digits and 7 digit-then-separator places in one run.
                     hexd = digit | _range_mask(folded, 0x61, 0x66)
-                    hex_run = _pack(hexd | _equal_mask(w, 120) | _equal_mask(w, 44) | _equal_mask(w, 32))
+                    separators = _equal_mask(w, 44) | _equal_mask(w, 32)
+                    hex_run = _pack(hexd | _equal_mask(w, 120) | separators)
                     hex_pattern = _pack(hexd)
+                    sep_pattern = _pack(separators)
+                    ends = hex_pattern & (sep_pattern >> 1)  # digit at k, separator at k + 1
+                    crossing = previous_hex & (sep_pattern & 1)  # digit ending the last word
                     if hex_run == 255:
                         hex_digits += pop[hex_pattern]
+                        hex_ends += pop[ends] + crossing
                     else:
-                        hex_candidate |= hex_digits + hex_low[hex_run, hex_pattern] >= 16
+                        hex_candidate |= (hex_digits + hex_low[hex_run, hex_pattern] >= 16) & (
+                            hex_ends + crossing + hex_low[hex_run, ends] >= 7
+                        )
                         hex_digits = hex_high[hex_run, hex_pattern]
-                    hex_candidate |= hex_digits >= 16
+                        hex_ends = hex_high[hex_run, ends]
+                    hex_candidate |= (hex_digits >= 16) & (hex_ends >= 7)
+                    previous_hex = hex_pattern >> 7
                     chars += 8
                     current += 8
                     i += 8
@@ -163,9 +175,13 @@ def _stats(data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail1,
                 chars += 1
                 letters += (f >> 1) & 1
                 digits += (f >> 2) & 1
-                # A hex-data match needs 8 pairs (16 hex digits) inside one run of its characters.
+                # A hex-data match needs 8 units: 16 hex digits and 7 digit-then-separator places in one run
+                # of the characters a match can contain.
+                in_run = (f >> 4) & 1
                 hex_digits = max(hex_digits + hexstep[c], 0)
-                hex_candidate |= hex_digits >= 16
+                hex_ends = (hex_ends + previous_hex * ((f >> 6) & 1)) * in_run
+                previous_hex = (f >> 5) & 1
+                hex_candidate |= (hex_digits >= 16) & (hex_ends >= 7)
                 # \\uXXXX sequences (units start with a backslash, so they cannot overlap): a unit at
                 # esc_next continues the sequence, any other unit ends it and starts a new one.
                 if c == 92 and (
@@ -205,6 +221,8 @@ def _stats(data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail1,
                 continue
             # A non-ASCII character: decode it (1-3 continuation bytes), then classify it.
             non_ascii = 1
+            hex_ends += previous_hex  # it may be Unicode whitespace after a unit (\s is Unicode): count it
+            previous_hex = 0
             if run:
                 if run >= 64:
                     b64_covered += run
@@ -225,10 +243,8 @@ def _stats(data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail1,
             i += n + 1
             chars += 1
             kind = classes[code] if code < 0x110000 else 0
-            if kind == 1:
-                letters += 1
-            elif kind == 2:
-                digits += 1
+            letters += kind & 1
+            digits += (kind >> 1) & 1
             if code == 0x85 or code == 0x2028 or code == 0x2029:
                 lines += 1
                 total += current
@@ -338,4 +354,135 @@ def head_phrases(data: np.ndarray, offsets: np.ndarray, phrases: list[str], firs
     out = np.zeros(max(len(offsets) - 1, 0), dtype=np.uint8)
     if len(offsets) > 1:
         _head_phrases(data, offsets, flat, phrase_offsets, first_lines, out)
+    return out
+
+
+# The published hex-data pattern, r"(?:\b(?:0x|\\x)?[0-9a-fA-F]{2}(?:,|\b\s*)){8,}", matched exactly as
+# Python's `re` matches it. Each unit is deterministic: after \b, "0x" or "\x" forces that prefix (without it
+# the two hex digits would have to include the x), the comma beats \b\s*, and giving back whitespace or a
+# comma never lets another unit start (it would need a word boundary inside the separators). So a match is
+# the longest chain of units from a start position, kept when it has 8 or more. Units are ASCII; the word
+# characters (\w) and whitespace (\s) around them are Python's Unicode classes.
+HEX_PATTERN = r"(?:\b(?:0x|\\x)?[0-9a-fA-F]{2}(?:,|\b\s*)){8,}"
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _decode(data, i, end):  # noqa: ANN001, ANN202
+    """(code point, byte length) of the character starting at byte i."""
+    c = data[i]
+    if c < 0x80:
+        return np.int64(c), 1
+    if c >= 0xF0:
+        n, code = 3, np.int64(c & 0x07)
+    elif c >= 0xE0:
+        n, code = 2, np.int64(c & 0x0F)
+    else:
+        n, code = 1, np.int64(c & 0x1F)
+    for k in range(1, n + 1):
+        if i + k < end:
+            code = (code << 6) | (data[i + k] & 0x3F)
+    return code, n + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _is_word(code, classes):  # noqa: ANN001, ANN202
+    return code == 95 or (code < 0x110000 and (classes[code] & 3) != 0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _word_before(data, q, start, classes):  # noqa: ANN001, ANN202
+    if q <= start:
+        return False
+    k = q - 1
+    while k > start and (data[k] & 0xC0) == 0x80:  # back to the first byte of the previous character
+        k -= 1
+    code, _ = _decode(data, k, q)
+    return _is_word(code, classes)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hex_unit(data, q, start, end, hexdigit, word, classes):  # noqa: ANN001, ANN202
+    """End (byte) of the one unit starting at byte q, or -1."""
+    if q >= end:
+        return -1
+    if data[q] < 128 and (q == start or data[q - 1] < 128):  # ASCII neighbours: byte tables
+        if (q > start and word[data[q - 1]]) == word[data[q]]:  # \b
+            return -1
+    else:
+        code, _ = _decode(data, q, end)
+        if _word_before(data, q, start, classes) == _is_word(code, classes):  # \b
+            return -1
+    r = q
+    if r + 1 < end and data[r + 1] == 120 and (data[r] == 48 or data[r] == 92):  # 0x or \x
+        r += 2
+    if r + 1 >= end or not (hexdigit[data[r]] and hexdigit[data[r + 1]]):
+        return -1
+    r += 2
+    if r < end and data[r] == 44:  # ,
+        return r + 1
+    if r < end:  # \b after the two digits (the one before is a word character)
+        if data[r] < 128:
+            if word[data[r]]:
+                return -1
+        else:
+            code, _ = _decode(data, r, end)
+            if _is_word(code, classes):
+                return -1
+    while r < end:  # \s*
+        code, size = _decode(data, r, end)
+        if code >= 0x110000 or (classes[code] & 4) == 0:
+            break
+        r += size
+    return r
+
+
+@njit(cache=True, nogil=True)
+def _hex_matches(data, offsets, docs, hexdigit, word, classes, out):  # noqa: ANN001, ANN202
+    """out[j] = (covered, longest), in characters, of the pattern's matches in document docs[j]."""
+    for j in range(len(docs)):
+        start, end = offsets[docs[j]], offsets[docs[j] + 1]
+        covered = longest = 0
+        p = start
+        while p < end:
+            c = data[p]
+            # A unit starts at a word start (a hex digit or the 0 of 0x) or at a backslash after a word
+            # character (\x); anywhere else there is no \b before it, or no unit.
+            if c == 92:
+                if not _word_before(data, p, start, classes):
+                    p += 1
+                    continue
+            elif not hexdigit[c] or (p > start and data[p - 1] < 128 and word[data[p - 1]]):
+                p += 1
+                continue
+            q = p
+            units = 0
+            while True:
+                e = _hex_unit(data, q, start, end, hexdigit, word, classes)
+                if e < 0:
+                    break
+                q = e
+                units += 1
+            if units >= 8:
+                length = 0
+                for k in range(p, q):  # characters, not bytes (whitespace may be multi-byte)
+                    length += (data[k] & 0xC0) != 0x80
+                covered += length
+                longest = max(longest, length)
+                p = q
+            else:
+                p += 1
+        out[j, 0] = covered
+        out[j, 1] = longest
+
+
+_WORD = np.zeros(256, dtype=np.bool_)
+for _c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_":
+    _WORD[_c] = True
+
+
+def hex_matches(data: np.ndarray, offsets: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    """(covered, longest), in characters, of HEX_PATTERN's matches in each of `docs`."""
+    out = np.zeros((len(docs), 2), dtype=np.int64)
+    if len(docs):
+        _hex_matches(data, offsets, docs.astype(np.int64), _HEX, _WORD, _UNICODE, out)
     return out

@@ -22,8 +22,6 @@ from stackcurate.stages.filter import kernel
 
 # The published encoded-data patterns the compiled kernel measures itself (others go through RE2).
 KERNEL_PATTERNS = {r"[a-zA-Z0-9+/\n=]{64,}": "b64", r"(?:\\u[0-9a-fA-F]{4}){8,}": "escape"}
-# Published patterns the pass cannot measure but can rule out for most files (it flags candidates).
-KERNEL_PRESCREEN = {r"(?:\b(?:0x|\\x)?[0-9a-fA-F]{2}(?:,|\b\s*)){8,}": "hex_candidate"}
 
 
 def as_texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
@@ -35,13 +33,17 @@ def as_texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
     return texts.fill_null("") if texts.null_count else texts
 
 
-def text_stats(texts: pa.Array) -> np.ndarray:
-    """The compiled per-document pass (kernel.COLUMNS) over a batch's UTF-8 bytes, without copying them."""
-    texts = as_texts(texts)
+def _buffers(texts: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
+    """(UTF-8 bytes, offsets) of a batch, without copying them."""
     offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
     buffer = texts.buffers()[2]
     data = np.frombuffer(buffer, dtype=np.uint8) if buffer is not None else np.zeros(0, np.uint8)
-    return kernel.text_stats(data, offsets)
+    return data, offsets
+
+
+def text_stats(texts: pa.Array) -> np.ndarray:
+    """The compiled per-document pass (kernel.COLUMNS) over a batch's UTF-8 bytes, without copying them."""
+    return kernel.text_stats(*_buffers(as_texts(texts)))
 
 
 def _column(stats: np.ndarray, name: str) -> np.ndarray:
@@ -69,72 +71,63 @@ def score_line_stats(texts: pa.Array, stats: np.ndarray | None = None) -> tuple[
     return pa.array(lines), pa.array(_column(stats, "max_line")), pa.array(mean)
 
 
+def _python_matches(texts: pa.LargeStringArray, pattern: str, docs: np.ndarray) -> np.ndarray:
+    """(covered, longest) of `pattern`'s matches in each of `docs`, by Python's `re` (the reference)."""
+    compiled = re.compile(pattern)
+    out = np.zeros((len(docs), 2), dtype=np.int64)
+    for j, i in enumerate(docs):
+        lengths = [m.end() - m.start() for m in compiled.finditer(texts[int(i)].as_py())]
+        out[j] = (sum(lengths), max(lengths, default=0))
+    return out
+
+
 def score_encoded(
-    texts: pa.Array, patterns: Sequence[str], exact_above: float = 1024, stats: np.ndarray | None = None
+    texts: pa.Array, patterns: Sequence[str], stats: np.ndarray | None = None
 ) -> tuple[pa.Array, pa.Array]:
     """(encoded_fraction, encoded_max_match): the share of characters inside matches of any of `patterns`
-    (base64, hex, unicode-escape runs; SC2 §2.1), and the longest single match of any one pattern.
+    (base64, hex, unicode-escape runs; SC2 §2.1), and the longest single match of any one pattern, both
+    exactly as Python's `re` finds them.
 
-    The published base64 and unicode-escape patterns are measured exactly by the compiled pass (their matches
-    cannot overlap: escapes contain backslashes, which end base64 runs). Any other pattern (hex) is measured
-    with RE2, and only on files where it matches: with one match its coverage is its length; with several,
-    Python's `re` measures them where they cover more than `exact_above` characters, and elsewhere the coverage
-    (at most `exact_above`) stands in as an upper bound, so `encoded_max_match > t` with t >= exact_above
-    decides exactly. Where such a pattern and another one both match a file, the share is the exact union of
-    the spans (Python's `re`); elsewhere it is the sum of the patterns' coverage.
+    The published patterns go through compiled code: base64 and unicode-escape runs in the main pass, hex data
+    on the files that pass cannot rule out (a matcher using Python's Unicode word and space classes). Any
+    other pattern runs in Python's `re`. Where matches of several patterns meet in a
+    file, the share is the union of their spans.
     """
     texts = as_texts(texts)
-    if stats is not None:
-        n_chars = _column(stats, "n_chars")
-    else:
-        n_chars = pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.float64)
-    longest = np.zeros(len(texts))
-    covered = np.zeros(len(texts))
-    kernel_hit = np.zeros(len(texts), dtype=bool)
-    other_hits: list[tuple[str, np.ndarray]] = []
+    n = len(texts)
+    n_chars = (
+        _column(stats, "n_chars")
+        if stats is not None
+        else pc.utf8_length(texts).to_numpy(zero_copy_only=False).astype(np.float64)
+    )
+    longest = np.zeros(n)
+    covered = np.zeros(n)
+    patterns_hit = np.zeros(n, dtype=np.int64)
     for pattern in patterns:
-        if pattern in KERNEL_PATTERNS:
+        if pattern in KERNEL_PATTERNS:  # measured by the compiled pass
             stats = text_stats(texts) if stats is None else stats
             name = KERNEL_PATTERNS[pattern]
-            longest = np.maximum(longest, _column(stats, f"{name}_longest"))
-            covered += _column(stats, f"{name}_covered")
-            kernel_hit |= stats[:, kernel.COLUMNS.index(f"{name}_covered")] > 0
-            continue
-        # Most files hold no match at all: find those that do first (RE2 stops at the first match), looking
-        # only at the files the compiled pass could not rule out.
-        if pattern in KERNEL_PRESCREEN:
+            own_covered, own_longest = _column(stats, f"{name}_covered"), _column(stats, f"{name}_longest")
+            docs = np.nonzero(own_covered)[0]
+            found = np.stack([own_covered[docs], own_longest[docs]], axis=1) if len(docs) else np.zeros((0, 2))
+        elif pattern == kernel.HEX_PATTERN:
             stats = text_stats(texts) if stats is None else stats
-            candidates = np.nonzero(stats[:, kernel.COLUMNS.index(KERNEL_PRESCREEN[pattern])])[0]
+            docs = np.nonzero(stats[:, kernel.COLUMNS.index("hex_candidate")])[0]
+            found = kernel.hex_matches(*_buffers(texts), docs)
         else:
-            candidates = np.arange(len(texts))
-        if not len(candidates):
-            continue
-        found = pc.match_substring_regex(texts.take(pa.array(candidates)), pattern).to_numpy(zero_copy_only=False)
-        hits = candidates[found]
-        if not len(hits):
-            continue
-        other_hits.append((pattern, hits))
-        subset = texts.take(pa.array(hits))
-        own = n_chars[hits] - pc.utf8_length(pc.replace_substring_regex(subset, pattern, "")).to_numpy(
-            zero_copy_only=False
-        )
-        covered[hits] += own
-        several = pc.count_substring_regex(subset, pattern).to_numpy(zero_copy_only=False) > 1
-        bound = own.copy()  # exact for one match; no single match is longer than all of them
-        compiled = re.compile(pattern)
-        for j in np.nonzero(several & (own > exact_above))[0]:
-            bound[j] = max((m.end() - m.start() for m in compiled.finditer(texts[int(hits[j])].as_py())), default=0)
-        longest[hits] = np.maximum(longest[hits], bound)
-    # Files matched by several measured-apart patterns: replace the summed coverage by the exact union.
-    counts = kernel_hit.astype(np.int64)
-    for _, hits in other_hits:
-        counts[hits] += 1
-    compiled_all = [re.compile(p) for p in patterns]
-    for i in np.nonzero(counts > 1)[0]:
+            docs = np.arange(n)
+            found = _python_matches(texts, pattern, docs)
+        matched = found[:, 0] > 0
+        docs, found = docs[matched], found[matched]
+        covered[docs] += found[:, 0]
+        longest[docs] = np.maximum(longest[docs], found[:, 1])
+        patterns_hit[docs] += 1
+    # Files matched by several patterns: the exact union of the spans replaces the summed coverage.
+    compiled = [re.compile(p) for p in patterns]
+    for i in np.nonzero(patterns_hit > 1)[0]:
         text = texts[int(i)].as_py()
-        spans = sorted(m.span() for rx in compiled_all for m in rx.finditer(text))
-        union, reach = 0, 0
-        for a, b in spans:
+        union = reach = 0
+        for a, b in sorted(m.span() for rx in compiled for m in rx.finditer(text)):
             if b > reach:
                 union += b - max(a, reach)
                 reach = b
@@ -152,10 +145,7 @@ def score_autogen_phrase(texts: pa.Array, phrases: Sequence[str], first_lines: i
     texts = as_texts(texts)
     lowered = [p.lower() for p in phrases]
     if all(p.isascii() for p in lowered):
-        offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
-        buffer = texts.buffers()[2]
-        data = np.frombuffer(buffer, dtype=np.uint8) if buffer is not None else np.zeros(0, np.uint8)
-        decided = kernel.head_phrases(data, offsets, lowered, first_lines).astype(np.float64)
+        decided = kernel.head_phrases(*_buffers(texts), lowered, first_lines).astype(np.float64)
     else:
         decided = np.full(len(texts), 2.0)
     for i in np.nonzero(decided == 2)[0]:
