@@ -1,3 +1,5 @@
+# pyright: reportAttributeAccessIssue=false
+# (pyarrow.compute functions are generated at import time, so type checkers cannot see them.)
 """Heuristic filters: score every file, keep the scores as columns, remove by the first rule that holds.
 
 Two published rule sets ship as data: `filters/starcoder_v1.yaml` (StarCoder: per-extension thresholds from
@@ -103,7 +105,7 @@ class FilterStage:
         text = table.column("content")
         scripts = table.column("notebook_script") if self.cfg.notebooks else None
         if scripts is not None and scripts.null_count < len(scripts):  # (coalesce copies every text)
-            text = pc.coalesce(scripts, text)  # pyright: ignore[reportAttributeAccessIssue]
+            text = pc.coalesce(scripts, text)
         text = scores.as_texts(text)  # one contiguous array for every scorer (they would each copy it)
         languages = np.array(pc.fill_null(table.column("language"), "").to_pylist(), dtype=object)
         extensions = np.array(
@@ -196,15 +198,17 @@ def _convert_notebooks(table: pa.Table) -> tuple[pa.Table, list[tuple[int, str]]
     langs: list[str | None] = [None] * n
     cells: list[list[dict] | None] = [None] * n
     unreadable = []
-    languages = table.column("language").to_pylist()
-    for i, (path, language) in enumerate(zip(table.column("path").to_pylist(), languages, strict=True)):
-        if language == "Jupyter Notebook" or (path or "").lower().endswith(".ipynb"):
-            try:
-                nb = notebooks.convert(table.column("content")[i].as_py() or "")
-            except ValueError as exc:
-                unreadable.append((i, str(exc)))
-                continue
-            scripts[i], langs[i], cells[i] = nb.script, nb.language, nb.cells
+    is_notebook = pc.or_(
+        pc.fill_null(pc.equal(table.column("language"), "Jupyter Notebook"), False),
+        pc.fill_null(pc.ends_with(pc.utf8_lower(table.column("path")), ".ipynb"), False),
+    )
+    for i in np.nonzero(is_notebook.to_numpy(zero_copy_only=False))[0].tolist():
+        try:
+            nb = notebooks.convert(table.column("content")[i].as_py() or "")
+        except ValueError as exc:
+            unreadable.append((i, str(exc)))
+            continue
+        scripts[i], langs[i], cells[i] = nb.script, nb.language, nb.cells
     columns = [
         pa.array(scripts, NOTEBOOK_FIELDS[0].type),
         pa.array(langs, NOTEBOOK_FIELDS[1].type),

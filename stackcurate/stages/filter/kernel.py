@@ -51,6 +51,7 @@ for _c in b", \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\\":
 _PACK = np.uint64(0x0002040810204081)
 _POP = np.array([bin(p).count("1") for p in range(256)], dtype=np.int64)
 _TRAIL1 = np.array([next(k for k in range(9) if k == 8 or not p >> k & 1) for p in range(256)], dtype=np.int64)
+_TRAIL0 = np.array([next(k for k in range(9) if k == 8 or p >> k & 1) for p in range(256)], dtype=np.int64)
 _LEAD1 = np.array([next(k for k in range(9) if k == 8 or not p >> (7 - k) & 1) for p in range(256)], dtype=np.int64)
 # [run-character pattern, hex-digit pattern] -> hex digits before the first / after the last non-run byte
 _HEX_LOW = np.array(
@@ -114,7 +115,9 @@ def _pack(mask):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True, nogil=True)
-def _stats(data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail1, lead1, hex_low, hex_high, out):  # noqa: ANN001, ANN202 - numba infers the signature
+def _stats(
+    data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail0, trail1, lead1, hex_low, hex_high, out
+):
     """Fill `out` (documents x COLUMNS): see COLUMNS."""
     for d in range(len(offsets) - 1):
         start, end = offsets[d], offsets[d + 1]
@@ -127,16 +130,23 @@ def _stats(data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail1,
         while i < end:
             if (i & 7) == 0 and i + 8 <= end:
                 w = words[i >> 3]
-                # Plain: ASCII, no control byte (line breaks, tabs), no backslash. Such a word is handled at once.
+                # Plain: ASCII, no backslash, and no control byte but \n and \t. Such a word is handled at once.
                 v = w ^ (_ONES * np.uint64(92))
-                special = (w & _HIGH) | ((w - _ONES * np.uint64(0x20)) & ~w & _HIGH) | ((v - _ONES) & ~v & _HIGH)
+                special = (w & _HIGH) | ((v - _ONES) & ~v & _HIGH)  # non-ASCII, or (maybe) a backslash
+                newline = _equal_mask(w, 10)
+                tab = _equal_mask(w, 9)
+                if special == 0:
+                    # bytes below 0x20 (exact: every byte is below 0x80 here), other than \n and \t
+                    special = ~(w + _ONES * np.uint64(0x60)) & _HIGH & ~(newline | tab)
                 if special == 0:
                     folded = w | (_ONES * np.uint64(0x20))
                     letter = _range_mask(folded, 0x61, 0x7A)
                     digit = _range_mask(w, 0x30, 0x39)
                     letters += pop[_pack(letter)]
                     digits += pop[_pack(digit)]
-                    b64 = _pack(letter | digit | _equal_mask(w, 43) | _equal_mask(w, 47) | _equal_mask(w, 61))
+                    b64 = _pack(
+                        letter | digit | _equal_mask(w, 43) | _equal_mask(w, 47) | _equal_mask(w, 61) | newline
+                    )
                     if b64 == 255:
                         run += 8
                     else:
@@ -147,7 +157,7 @@ def _stats(data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail1,
                         run = lead1[b64]
                     # Hex-data candidates: 16 hex digits and 7 digit-then-separator places in one run.
                     hexd = digit | _range_mask(folded, 0x61, 0x66)
-                    separators = _equal_mask(w, 44) | _equal_mask(w, 32)
+                    separators = _equal_mask(w, 44) | _equal_mask(w, 32) | newline | tab
                     hex_run = _pack(hexd | _equal_mask(w, 120) | separators)
                     hex_pattern = _pack(hexd)
                     sep_pattern = _pack(separators)
@@ -164,8 +174,22 @@ def _stats(data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail1,
                         hex_ends = hex_high[hex_run, ends]
                     hex_candidate |= (hex_digits >= 16) & (hex_ends >= 7)
                     previous_hex = hex_pattern >> 7
+                    breaks = _pack(newline)
+                    if breaks == 0:
+                        current += 8
+                    else:
+                        last = 0  # first byte of the current line within this word
+                        while breaks:
+                            k = trail0[breaks]
+                            length = current + k - last
+                            lines += 1
+                            total += length
+                            longest = max(longest, length)
+                            current = 0
+                            last = k + 1
+                            breaks &= breaks - 1
+                        current = 8 - last
                     chars += 8
-                    current += 8
                     i += 8
                     continue
             c = data[i]
@@ -300,7 +324,22 @@ def text_stats(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         if data.ctypes.data % 8:
             data = data.copy()
         words = data[: len(data) - len(data) % 8].view(np.uint64)
-        _stats(data, words, offsets, _FLAGS, _HEX, _HEXSTEP, _UNICODE, _POP, _TRAIL1, _LEAD1, _HEX_LOW, _HEX_HIGH, out)
+        _stats(
+            data,
+            words,
+            offsets,
+            _FLAGS,
+            _HEX,
+            _HEXSTEP,
+            _UNICODE,
+            _POP,
+            _TRAIL0,
+            _TRAIL1,
+            _LEAD1,
+            _HEX_LOW,
+            _HEX_HIGH,
+            out,
+        )
     return out
 
 
