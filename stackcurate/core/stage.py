@@ -96,6 +96,8 @@ def split_by_reason(
     table: pa.Table, reasons: list[str | None], details: list[str | None] | None = None
 ) -> StageOutput:
     """Kept rows (reason None) and removed rows with their `reason` and `detail` columns."""
+    if all(r is None for r in reasons):  # nothing removed: no copy of the batch
+        return StageOutput(kept=table, removed=with_reason(table.schema).empty_table())
     drop = pa.array([r is not None for r in reasons], pa.bool_())
     removed = table.filter(drop)
     removed = removed.append_column("reason", pa.array([r for r in reasons if r is not None], pa.string()))

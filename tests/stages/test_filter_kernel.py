@@ -179,6 +179,7 @@ def test_encoded_scores_equal_python_on_every_path():
         lambda: "é ",
         lambda: rnd.choice(units),
         lambda: "\u00a0",
+        lambda: "de\nad\nbe\nef\n" * rnd.randint(3, 8),  # hex data that is also one base64 run
     ]
     texts = ["".join(rnd.choice(pieces)() for _ in range(rnd.randint(0, 12))) for _ in range(3000)]
     fraction, longest = score_encoded(pa.array(texts), patterns)

@@ -525,3 +525,61 @@ def hex_matches(data: np.ndarray, offsets: np.ndarray, docs: np.ndarray) -> np.n
     if len(docs):
         _hex_matches(data, offsets, docs.astype(np.int64), _HEX, _WORD, _UNICODE, out)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _encoded_union(data, offsets, docs, flags, hexdigit, word, classes, out):
+    """out[j] = characters covered by the union of the base64, unicode-escape and hex-data matches of docs[j]."""
+    for j in range(len(docs)):
+        start, end = offsets[docs[j]], offsets[docs[j] + 1]
+        marked = np.zeros(end - start, dtype=np.bool_)
+        run_start = start  # base64 runs: maximal runs of the class, 64 characters or more (ASCII bytes)
+        for i in range(start, end + 1):
+            if i < end and data[i] < 128 and flags[data[i]] & 1:
+                continue
+            if i - run_start >= 64:
+                marked[run_start - start : i - start] = True
+            run_start = i + 1
+        i = start  # \uXXXX sequences of 8 units or more
+        while i < end:
+            k = i
+            while (
+                k + 5 < end
+                and data[k] == 92
+                and data[k + 1] == 117
+                and hexdigit[data[k + 2]]
+                and hexdigit[data[k + 3]]
+                and hexdigit[data[k + 4]]
+                and hexdigit[data[k + 5]]
+            ):
+                k += 6
+            if k - i >= 48:
+                marked[i - start : k - start] = True
+            i = max(k, i + 1)
+        p = start  # hex data, as _hex_matches finds it
+        while p < end:
+            q = p
+            units = 0
+            while True:
+                e = _hex_unit(data, q, start, end, hexdigit, word, classes)
+                if e < 0:
+                    break
+                q = e
+                units += 1
+            if units >= 8:
+                marked[p - start : q - start] = True
+                p = q
+            else:
+                p += 1
+        covered = 0
+        for i in range(start, end):
+            covered += marked[i - start] and (data[i] & 0xC0) != 0x80
+        out[j] = covered
+
+
+def encoded_union(data: np.ndarray, offsets: np.ndarray, docs: np.ndarray) -> np.ndarray:
+    """Characters covered by the union of the published encoded-data patterns' matches, for each of `docs`."""
+    out = np.zeros(len(docs), dtype=np.int64)
+    if len(docs):
+        _encoded_union(data, offsets, docs.astype(np.int64), _FLAGS, _HEX, _WORD, _UNICODE, out)
+    return out

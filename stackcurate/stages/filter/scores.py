@@ -123,8 +123,12 @@ def score_encoded(
         longest[docs] = np.maximum(longest[docs], found[:, 1])
         patterns_hit[docs] += 1
     # Files matched by several patterns: the exact union of the spans replaces the summed coverage.
+    several = np.nonzero(patterns_hit > 1)[0]
+    if len(several) and set(patterns) <= {*KERNEL_PATTERNS, kernel.HEX_PATTERN}:
+        covered[several] = kernel.encoded_union(*_buffers(texts), several)
+        several = several[:0]
     compiled = [re.compile(p) for p in patterns]
-    for i in np.nonzero(patterns_hit > 1)[0]:
+    for i in several:
         text = texts[int(i)].as_py()
         union = reach = 0
         for a, b in sorted(m.span() for rx in compiled for m in rx.finditer(text)):
