@@ -475,6 +475,20 @@ def _hex_unit(data, q, start, end, hexdigit, word, classes):  # noqa: ANN001, AN
     return r
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _hex_chain(data, p, start, end, hexdigit, word, classes):
+    """End of the match starting at byte p (the longest chain of units, if 8 or more), or p for none."""
+    q = p
+    units = 0
+    while True:
+        e = _hex_unit(data, q, start, end, hexdigit, word, classes)
+        if e < 0:
+            break
+        q = e
+        units += 1
+    return q if units >= 8 else p
+
+
 @njit(cache=True, nogil=True)
 def _hex_matches(data, offsets, docs, hexdigit, word, classes, out):  # noqa: ANN001, ANN202
     """out[j] = (covered, longest), in characters, of the pattern's matches in document docs[j]."""
@@ -493,15 +507,8 @@ def _hex_matches(data, offsets, docs, hexdigit, word, classes, out):  # noqa: AN
             elif not hexdigit[c] or (p > start and data[p - 1] < 128 and word[data[p - 1]]):
                 p += 1
                 continue
-            q = p
-            units = 0
-            while True:
-                e = _hex_unit(data, q, start, end, hexdigit, word, classes)
-                if e < 0:
-                    break
-                q = e
-                units += 1
-            if units >= 8:
+            q = _hex_chain(data, p, start, end, hexdigit, word, classes)
+            if q > p:
                 length = 0
                 for k in range(p, q):  # characters, not bytes (whitespace may be multi-byte)
                     length += (data[k] & 0xC0) != 0x80
@@ -558,15 +565,8 @@ def _encoded_union(data, offsets, docs, flags, hexdigit, word, classes, out):
             i = max(k, i + 1)
         p = start  # hex data, as _hex_matches finds it
         while p < end:
-            q = p
-            units = 0
-            while True:
-                e = _hex_unit(data, q, start, end, hexdigit, word, classes)
-                if e < 0:
-                    break
-                q = e
-                units += 1
-            if units >= 8:
+            q = _hex_chain(data, p, start, end, hexdigit, word, classes)
+            if q > p:
                 marked[p - start : q - start] = True
                 p = q
             else:
