@@ -45,3 +45,23 @@ def test_rerun_of_a_finished_pipeline_redoes_nothing(tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 0
     assert "(0 run now)" in capsys.readouterr().out
+
+
+def test_license_sees_files_that_language_selection_drops(tmp_path):
+    """StarCoder's language list has no Text: LICENSE is dropped by `language`, yet its license still counts,
+    because `license` runs on every file first (as The Stack v2 detected licenses on whole repositories)."""
+    pytest.importorskip("licensedcode")
+    mini = FIXTURES / "mini"
+    pipeline = tmp_path / "starcoder.yaml"
+    pipeline.write_text(
+        f"out: {tmp_path / 'out'}\n"
+        "stages:\n"
+        f"  ingest: {{metadata: ['{mini}/metadata/*.parquet'], content: '{mini}'}}\n"
+        "  license: {keep: [permissive]}\n"
+        f"  language: {{languages: '{FIXTURES.parents[1] / 'filters/languages/starcoder_v1.txt'}'}}\n"
+    )
+    assert main(["run", str(pipeline), "--runner", "local", "--no-progress"]) == 0
+    kept = dict(duckdb.sql(f"select path, license_type from '{tmp_path}/out/language/*.parquet'").fetchall())
+    assert kept["/src/widgets/core.py"] == "permissive"
+    dropped = dict(duckdb.sql(f"select path, reason from '{tmp_path}/out/language/removed/*.parquet'").fetchall())
+    assert dropped["/LICENSE"] == "language_not_selected"

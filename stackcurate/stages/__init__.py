@@ -83,8 +83,8 @@ def _decontaminate() -> StageSpec:
 
 _SPECS = {
     "ingest": _ingest,
-    "language": _language,
     "license": _license,
+    "language": _language,
     "filter": _filter,
     "decontaminate": _decontaminate,
 }
