@@ -40,7 +40,7 @@ def stack_v2_layout(
     rows = []
     for path, data in files:
         blob = sha1_hex(data)
-        stored = objects.get(path, gzip.compress(data, mtime=0)) if path in objects else gzip.compress(data, mtime=0)
+        stored = objects[path] if path in objects else gzip.compress(data, mtime=0)
         if stored is not None:
             (root / "content" / blob).write_bytes(stored)
         name = path.rsplit("/", 1)[-1]

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -240,16 +241,10 @@ def read_flat_bundle(shard: Shard, limits: Limits, batch_rows: int, s3: io.S3Opt
                     batch.add(name, data=f.read() if f else b"")
                 if batch.full():
                     yield batch.flush()
-    except (tarfile.TarError, EOFError, OSError, zlib_error()) as exc:
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         batch.add("", reason="corrupt_bundle", detail=f"{type(exc).__name__}: {exc}")
     if batch.rows:
         yield batch.flush()
-
-
-def zlib_error() -> type[Exception]:
-    import zlib
-
-    return zlib.error
 
 
 def _strip_top(name: str) -> str:
