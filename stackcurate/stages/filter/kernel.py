@@ -114,6 +114,12 @@ def _pack(mask):  # noqa: ANN001, ANN202
     return np.int64((mask * _PACK) >> np.uint64(56))
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _end_line(lines, total, longest, length):
+    """Line statistics once a line of `length` characters ends."""
+    return lines + 1, total + length, max(longest, length)
+
+
 @njit(cache=True, nogil=True)
 def _stats(
     data, words, offsets, flags, hexdigit, hexstep, classes, pop, trail0, trail1, lead1, hex_low, hex_high, out
@@ -181,10 +187,7 @@ def _stats(
                         last = 0  # first byte of the current line within this word
                         while breaks:
                             k = trail0[breaks]
-                            length = current + k - last
-                            lines += 1
-                            total += length
-                            longest = max(longest, length)
+                            lines, total, longest = _end_line(lines, total, longest, current + k - last)
                             current = 0
                             last = k + 1
                             breaks &= breaks - 1
@@ -235,9 +238,7 @@ def _stats(
                         i += 1  # \r\n is one break (and its \n one more character of a base64 run)
                         chars += 1
                         run += 1
-                    lines += 1
-                    total += current
-                    longest = max(longest, current)
+                    lines, total, longest = _end_line(lines, total, longest, current)
                     current = 0
                 else:
                     current += 1
@@ -270,19 +271,15 @@ def _stats(
             letters += kind & 1
             digits += (kind >> 1) & 1
             if code == 0x85 or code == 0x2028 or code == 0x2029:
-                lines += 1
-                total += current
-                longest = max(longest, current)
+                lines, total, longest = _end_line(lines, total, longest, current)
                 current = 0
             else:
                 current += 1
         if run >= 64:
             b64_covered += run
             b64_longest = max(b64_longest, run)
-        if current > 0:
-            lines += 1
-            total += current
-            longest = max(longest, current)
+        if current > 0:  # the last line, when the text does not end with a break
+            lines, total, longest = _end_line(lines, total, longest, current)
         if esc_length >= 48:
             esc_covered += esc_length
             esc_longest = max(esc_longest, esc_length)
