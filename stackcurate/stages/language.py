@@ -16,12 +16,12 @@ Example:
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from stackcurate.core.config import option
-from stackcurate.core.schema import with_reason
-from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema
+from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
 from stackcurate.core.tables import read_name_list
 
 
@@ -70,14 +70,6 @@ def detect(table: pa.Table) -> pa.Table:
 
 
 # pyarrow.compute functions are generated at import time, so type checkers cannot see them.
-def _split(table: pa.Table, drop: pa.ChunkedArray, reason: str) -> tuple[pa.Table, pa.Table]:
-    drop = pc.fill_null(drop, False)
-    removed = table.filter(drop)
-    removed = removed.append_column("reason", pa.array([reason] * removed.num_rows, pa.string()))
-    removed = removed.append_column("detail", pa.nulls(removed.num_rows, pa.string()))
-    return table.filter(pc.invert(drop)), removed  # pyright: ignore[reportAttributeAccessIssue]
-
-
 def _not_in(values: pa.ChunkedArray, keep: pa.Array) -> pa.ChunkedArray:
     return pc.invert(pc.is_in(values, keep))  # pyright: ignore[reportAttributeAccessIssue]
 
@@ -112,8 +104,8 @@ class LanguageStage:
             rules.append(("vendor", lambda t: t.column("is_vendor")))
         if self.cfg.drop_generated:
             rules.append(("generated", lambda t: t.column("is_generated")))
-        kept, removed = table, [with_reason(table.schema).empty_table()]
+        reasons: list[str | None] = [None] * table.num_rows
         for reason, rule in rules:  # in order: a row is removed for the first rule that matches it
-            kept, dropped = _split(kept, rule(kept), reason)
-            removed.append(dropped)
-        return StageOutput(kept=kept, removed=pa.concat_tables(removed, promote_options="permissive"))
+            for i in np.nonzero(pc.fill_null(rule(table), False).to_numpy(zero_copy_only=False))[0]:
+                reasons[i] = reasons[i] or reason
+        return split_by_reason(table, reasons)
