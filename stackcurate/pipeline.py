@@ -24,11 +24,8 @@ from typing import Any
 from stackcurate.core import io
 from stackcurate.core.config import build_config, dump_yaml, to_dict
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.log import get_logger
 from stackcurate.core.stage import StageDir, plan_fingerprint
 from stackcurate.stages import STAGE_ORDER, StageSpec, get_stage
-
-log = get_logger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)

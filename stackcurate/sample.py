@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stackcurate.core.errors import StackcurateError
-from stackcurate.stages.ingest.content import git_blob_hex, sha1_hex
+from stackcurate.stages.ingest.content import extension_of, git_blob_hex, sha1_hex
 
 MAX_FILE_BYTES = 2_000_000
 STACK_V2_FILE_SCHEMA = pa.schema(
@@ -122,7 +122,6 @@ def build_sample(out: str | Path, *, max_bytes: int = 20_000_000, max_files: int
         target = out / "content" / blob
         if not target.exists():
             target.write_bytes(gzip.compress(data, mtime=0))
-        name = path.rsplit("/", 1)[-1]
         rows.append(
             {
                 "blob_id": blob,
@@ -134,7 +133,7 @@ def build_sample(out: str | Path, *, max_bytes: int = 20_000_000, max_files: int
                 "branch_name": "refs/heads/main",
                 "src_encoding": None,
                 "length_bytes": len(data),
-                "extension": name.rsplit(".", 1)[1] if "." in name.lstrip(".") else "",
+                "extension": extension_of(path),
             }
         )
         total += len(data)

@@ -274,7 +274,9 @@ def run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[st
         writer.commit()
     seconds = time.perf_counter() - started
     counters.add("seconds", None, None, seconds)
-    pq.write_table(counters.table(run_id, stage.name, shard.index), out.path("stats", shard), filesystem=out.fs)
+    stats = io.AtomicParquetWriter(out.fs, out.path("stats", shard), STATS_SCHEMA)
+    stats.write(counters.table(run_id, stage.name, shard.index))
+    stats.commit()
     summary = {
         "shard": shard.index,
         "docs_in": int(sum(v for (m, _, _), v in counters.values.items() if m == "docs_in")),

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from stackcurate.core import io
 from stackcurate.core.config import option
@@ -162,8 +163,6 @@ class LicenseStage:
         self.found: dict[str | None, list[tuple[str, list[str]]]] = {}
         fs, root = io.filesystem(cfg.detections)
         for path in io.expand(fs, io.join(root, "*.parquet")):
-            import pyarrow.parquet as pq
-
             for row in pq.read_table(path, filesystem=fs).to_pylist():
                 self.found.setdefault(row["repo_name"], []).append((row["folder"], row["licenses"] or []))
 

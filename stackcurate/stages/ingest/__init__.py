@@ -32,7 +32,7 @@ from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, with_reason
 from stackcurate.core.stage import Shard, StageOutput, plan_parquet
 from stackcurate.stages.ingest import sources
-from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placeholder, sha1_hex
+from stackcurate.stages.ingest.content import decode, extension_of, git_blob_hex, is_placeholder, sha1_hex
 
 ERROR_REASONS = frozenset(
     {
@@ -195,6 +195,5 @@ class IngestStage:
         if encoded_len > self.cfg.max_bytes:
             return "too_large", f"{encoded_len} bytes decoded (cap {self.cfg.max_bytes})"
         if not row.get("extension"):
-            name = row["path"].rsplit("/", 1)[-1]
-            row["extension"] = name.rsplit(".", 1)[1] if "." in name.lstrip(".") else ""
+            row["extension"] = extension_of(row["path"])
         return None, None
