@@ -15,11 +15,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import corpus
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -44,32 +44,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="timed repetitions; medians are reported")
     args = parser.parse_args()
     work = Path(args.work)
-    sample, out = work / "sample", work / "out"
-    cli = [sys.executable, "-m", "stackcurate.cli"]
-    if not (sample / "metadata" / "00000.parquet").exists():
-        subprocess.run([*cli, "sample", str(sample), "--max-mb", str(args.mb), "--max-files", "1000000"], check=True)
+    sample, out = corpus.sample(work, args.mb), work / "out"
     if not (out / "language" / "_SUCCESS").exists():
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "check": True}
-        subprocess.run(
-            [
-                *cli,
-                "ingest",
-                "--out",
-                str(out),
-                "--metadata",
-                str(sample / "metadata" / "*.parquet"),
-                "--content",
-                str(sample),
-                "--runner",
-                "local",
-                "--no-progress",
-                "--overwrite",
-            ],
-            **quiet,
-        )
-        subprocess.run(
-            [*cli, "language", "--out", str(out), "--runner", "local", "--no-progress", "--overwrite"], **quiet
-        )
+        corpus.stackcurate(*corpus.ingest_args(out, sample), "--runner", "local", "--no-progress", "--overwrite")
+        corpus.stackcurate("language", "--out", str(out), "--runner", "local", "--no-progress", "--overwrite")
 
     from stackcurate.stages.decontaminate import DecontaminateConfig, DecontaminateStage
     from stackcurate.stages.filter import FilterConfig, FilterStage

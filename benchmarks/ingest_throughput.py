@@ -15,20 +15,13 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+import corpus
 import duckdb
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(cmd: list[str]) -> float:
-    started = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - started
 
 
 def main() -> None:
@@ -40,10 +33,7 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(args.work)
-    sample = work / "sample"
-    cli = [sys.executable, "-m", "stackcurate.cli"]
-    if not (sample / "metadata" / "00000.parquet").exists() or "--rebuild" in sys.argv:
-        run([*cli, "sample", str(sample), "--max-mb", str(args.mb), "--max-files", "1000000"])
+    sample = corpus.sample(work, args.mb, rebuild="--rebuild" in sys.argv)
     meta = duckdb.sql(f"select count(*), sum(length_bytes) from '{sample}/metadata/*.parquet'").fetchall()[0]
     files, raw_bytes = int(meta[0]), int(meta[1])
     compressed = sum(p.stat().st_size for p in (sample / "content").iterdir())
@@ -54,21 +44,8 @@ def main() -> None:
             out = work / f"out-{workers}"
             shutil.rmtree(out, ignore_errors=True)
             runner = ["--runner", "local"] if workers == 0 else ["--workers", str(workers)]
-            wall = run(
-                [
-                    *cli,
-                    "ingest",
-                    "--out",
-                    str(out),
-                    "--metadata",
-                    str(sample / "metadata" / "*.parquet"),
-                    "--content",
-                    str(sample),
-                    "--rows-per-shard",
-                    "2000",
-                    *runner,
-                    "--no-progress",
-                ]
+            wall = corpus.stackcurate(
+                *corpus.ingest_args(out, sample), "--rows-per-shard", "2000", *runner, "--no-progress"
             )
             stats = dict(
                 duckdb.sql(f"select metric, sum(value) from '{out}/ingest/stats/*.parquet' group by 1").fetchall()
