@@ -21,6 +21,7 @@ Example:
     stackcurate license --out work/run --opt-out optout.txt --keep permissive no_license
 """
 
+import functools
 import json
 import re
 import urllib.request
@@ -159,12 +160,18 @@ class LicenseStage:
             i.lower() for i in read_name_list(cfg.ignore_if_permissive, what="license id")
         )
         self.opt_out_repos, self.opt_out_owners = read_opt_out(cfg.opt_out)
-        # repo -> [(folder, ids)] from pass 1
-        self.found: dict[str | None, list[tuple[str, list[str]]]] = {}
-        fs, root = io.filesystem(cfg.detections)
+
+    @functools.cached_property
+    def found(self) -> dict[str | None, list[tuple[str, list[str]]]]:
+        """repo -> [(folder, ids)] from pass 1; loaded by the workers on first use, not when the driver
+        builds the stage to check its settings."""
+        assert self.cfg.detections is not None
+        found: dict[str | None, list[tuple[str, list[str]]]] = {}
+        fs, root = io.filesystem(self.cfg.detections)
         for path in io.expand(fs, io.join(root, "*.parquet")):
             for row in pq.read_table(path, filesystem=fs).to_pylist():
-                self.found.setdefault(row["repo_name"], []).append((row["folder"], row["licenses"] or []))
+                found.setdefault(row["repo_name"], []).append((row["folder"], row["licenses"] or []))
+        return found
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         return read_records(shard, self.cfg.batch_rows)
