@@ -16,6 +16,7 @@ import dataclasses
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 from stackcurate.core import io
 from stackcurate.core.config import build_config, dump_yaml, to_dict
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import StageDir, plan_fingerprint
+from stackcurate.core.stage import StageDir, TaskContext, plan_fingerprint
 from stackcurate.stages import STAGE_ORDER, StageSpec, get_stage
 
 
@@ -95,6 +96,9 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
     spec.build(cfg)  # check the config and its files here, as one-line errors, before any worker starts
     shards = spec.plan(cfg, input_uri)
     stage_dir = StageDir(out, spec.name)
+    run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    if spec.prepare is not None and not opts.dry_run:
+        cfg = spec.prepare(cfg, TaskContext(out, input_uri, opts.overwrite, run_id, partial(_map_tasks, opts)))
     if opts.dry_run:
         kinds: dict[str, int] = {}
         for s in shards:
@@ -109,7 +113,6 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
     done = stage_dir.prepare(plan_fingerprint(spec.name, config, shards), overwrite=opts.overwrite)
     pending = [s for s in shards if s.index not in done]
     if pending:
-        run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         factory = partial(spec.build, cfg)
         if opts.runner == "ray":
             from stackcurate.runners import ray as runner
@@ -134,6 +137,18 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
         for key in ("docs_in", "docs_out", "docs_removed", "errors", "bytes_out"):
             setattr(result, key, getattr(result, key) + summary[key])
     return result
+
+
+def _map_tasks(opts: RunOptions, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:
+    if opts.runner == "ray":
+        from stackcurate.runners import ray as runner
+
+        return runner.map_tasks(
+            fn, items, desc, address=opts.ray_address, workers=opts.workers, progress=opts.progress
+        )
+    from stackcurate.runners import local
+
+    return local.map_tasks(fn, items, desc, progress=opts.progress)
 
 
 @dataclass(frozen=True)

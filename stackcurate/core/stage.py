@@ -92,6 +92,26 @@ class Stage(Protocol):
 StageFactory = Callable[[], Stage]
 
 
+@dataclass(frozen=True)
+class TaskContext:
+    """What a stage's preparation step (e.g. dedup's clustering) gets from the runner.
+
+    Attributes:
+        out: The run's output folder.
+        input_uri: The stage's input folder.
+        overwrite: Replace earlier output of a different input or config.
+        run_id: Identifies this run in stats rows.
+        map: Runs `fn(*item)` for every item on the chosen runner and returns the results in order;
+            `map(fn, items, description)`.
+    """
+
+    out: str
+    input_uri: str | None
+    overwrite: bool
+    run_id: str
+    map: Callable[[Callable[..., Any], list[tuple[Any, ...]], str], list[Any]]
+
+
 def split_by_reason(
     table: pa.Table, reasons: list[str | None], details: list[str | None] | None = None
 ) -> StageOutput:
@@ -248,9 +268,11 @@ def run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[st
     """Run one shard end to end and commit it; return its summary (also stored in its marker)."""
     started = time.perf_counter()
     schema = stage.output_schema(shard)
+    # A stage may give its removed rows more columns than `reason` and `detail` (dedup: `duplicate_of`).
+    removed_schema = getattr(stage, "removed_schema", lambda _: with_reason(schema))(shard)
     writers = {
         "data": io.AtomicParquetWriter(out.fs, out.path("data", shard), schema),
-        "removed": io.AtomicParquetWriter(out.fs, out.path("removed", shard), with_reason(schema)),
+        "removed": io.AtomicParquetWriter(out.fs, out.path("removed", shard), removed_schema),
         "errors": io.AtomicParquetWriter(out.fs, out.path("errors", shard), ERROR_SCHEMA),
     }
     counters = _Counters()
@@ -261,7 +283,7 @@ def run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[st
             writers["data"].write(conform(result.kept, schema))
             counters.count(result.kept, "out")
             if result.removed is not None:
-                writers["removed"].write(conform(result.removed, with_reason(schema)))
+                writers["removed"].write(conform(result.removed, removed_schema))
                 counters.count(result.removed, "removed")
             if result.errors is not None:
                 writers["errors"].write(conform(result.errors, ERROR_SCHEMA))

@@ -8,6 +8,7 @@ workers ran, and a shard lost with its worker is simply redone.
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -97,3 +98,43 @@ def run(
             bar.update()
             bar.set_postfix(docs=sum(s["docs_in"] for s in summaries), refresh=False)
     return summaries
+
+
+def map_tasks(
+    fn: Callable[..., Any],
+    items: list[tuple[Any, ...]],
+    desc: str,
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+) -> list[Any]:
+    """`fn(*item)` for each item as Ray tasks, at most `workers` at a time; results in item order.
+
+    A task whose worker dies is retried by Ray (tasks write their files atomically, so a retry overwrites
+    what the lost attempt left); an exception raised by `fn` itself stops the run with that error.
+    """
+    init(address, workers)
+    import ray
+
+    if not items:
+        return []
+    remote = ray.remote(num_cpus=1, max_retries=3)(fn)
+    limit = max(1, workers or int(ray.cluster_resources().get("CPU", 1)))
+    results: list[Any] = [None] * len(items)
+    pending: dict[Any, int] = {}
+    queue = iter(enumerate(items))
+    with tqdm(total=len(items), desc=desc, unit="task", disable=not progress) as bar:
+        for i, item in queue:
+            pending[remote.remote(*item)] = i
+            if len(pending) >= limit:
+                break
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                results[pending.pop(ref)] = ray.get(ref)
+                bar.update()
+            for i, item in queue:
+                pending[remote.remote(*item)] = i
+                break
+    return results

@@ -6,7 +6,7 @@ from typing import Any
 
 from stackcurate.core import io
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, Stage, plan_parquet
+from stackcurate.core.stage import Shard, Stage, TaskContext, plan_parquet
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,9 @@ class StageSpec:
     # A stage that needs a first pass over the same input (license: scan license files, then classify)
     # names it here; its output folder is passed to this stage's config as `detections`.
     scan: Callable[[], "StageSpec"] | None = None
+    # A stage with global work before its shards (dedup: signatures, buckets, clusters) does it here; it
+    # returns the config the shards run with (naming what the preparation wrote).
+    prepare: Callable[[Any, TaskContext], Any] | None = None
 
 
 def plan_records(cfg: Any, input_uri: str | None) -> list[Shard]:
@@ -81,12 +84,19 @@ def _decontaminate() -> StageSpec:
     )
 
 
+def _dedup() -> StageSpec:
+    from stackcurate.stages import dedup
+
+    return StageSpec("dedup", dedup.DedupConfig, dedup.DedupStage, plan_records, prepare=dedup.cluster)
+
+
 _SPECS = {
     "ingest": _ingest,
     "license": _license,
     "language": _language,
     "filter": _filter,
     "decontaminate": _decontaminate,
+    "dedup": _dedup,
 }
 STAGE_ORDER = tuple(_SPECS)
 

@@ -1,0 +1,565 @@
+"""Exact and near deduplication: signature -> bucket -> cluster -> remove (StarCoder2 settings by default).
+
+Sub-stages, all under one config; the first three write `<out>/dedup_clusters/`, the last is `<out>/dedup/`:
+1. **signature** (one task per input file): per document an exact key (the `blob_id` SHA-1 of the original
+   bytes, or a hash of the decoded text) and, when it has at least `min_tokens` tokens, a MinHash signature
+   (see `minhash.py`) cut into LSH bands. Band keys and the exact key go to partitions by key; the columns
+   that rank a document (license type, stars, forks, dates) go to partitions by doc_id.
+2. **bucket** (one task per partition): documents sharing a key become star edges to the smallest doc_id.
+3. **cluster**: connected components with large-star / small-star over the partitioned edges (`graph.py`),
+   then, per component, the document kept is the first by StarCoder2's order: license_type permissive >
+   no_license (or unknown) > non_permissive, more stars, more forks, later revision_date, later visit_date,
+   then the smaller doc_id. `dedup_clusters/NNNNN.parquet` lists every document of every component:
+   doc_id, cluster_id (its smallest doc_id), cluster_size, kept_doc_id, reason (null for the kept one).
+4. **remove** (one shard per input file): rows of other documents move to `dedup/removed/` with reason
+   `exact_duplicate` (same exact key as the kept document) or `near_duplicate`, and `duplicate_of`, the
+   doc_id kept in their place; the repos and paths that held a file stay queryable through that column.
+
+Every number of partitions, worker count or input order gives the same output: components are labelled by
+their smallest doc_id, the kept document is the first of a total order, and partitions depend only on the
+input size. Reruns resume: each task commits its files atomically with a marker.
+
+Example:
+    stackcurate dedup --out work/run --threshold 0.7 --num-perm 256
+    stackcurate query work/run "select cluster_size, count(*) from dedup_clusters group by 1 order by 1"
+"""
+
+import hashlib
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from stackcurate.core import io
+from stackcurate.core.config import option, to_dict
+from stackcurate.core.errors import StackcurateError
+from stackcurate.core.schema import STATS_SCHEMA, with_reason
+from stackcurate.core.stage import (
+    Shard,
+    StageDir,
+    StageOutput,
+    TaskContext,
+    plan_fingerprint,
+    read_records,
+    records_schema,
+)
+from stackcurate.stages.dedup import graph, minhash
+
+CLUSTERS_STAGE = "dedup_clusters"
+LICENSE_RANK = {"permissive": 0, "no_license": 1, "non_permissive": 2}
+REASONS = ("exact_duplicate", "near_duplicate")
+_EXACT_SALT = np.uint64(0xD1B54A32D192ED03)  # keeps exact keys apart from band keys
+
+KEY_SCHEMA = pa.schema([pa.field("key", pa.uint64()), pa.field("doc_id", pa.int64())])
+META_SCHEMA = pa.schema(
+    [
+        pa.field("doc_id", pa.int64()),
+        pa.field("shard", pa.int32()),
+        pa.field("license_rank", pa.int8()),
+        pa.field("stars", pa.int64()),
+        pa.field("forks", pa.int64()),
+        pa.field("revision", pa.int64()),
+        pa.field("visit", pa.int64()),
+        pa.field("exact", pa.uint64()),
+        pa.field("language", pa.string()),
+        pa.field("length_bytes", pa.int64()),
+    ]
+)
+MEMBER_SCHEMA = pa.schema([pa.field("cluster_id", pa.int64()), *META_SCHEMA])
+CLUSTER_SCHEMA = pa.schema(
+    [
+        pa.field("doc_id", pa.int64()),
+        pa.field("cluster_id", pa.int64()),  # smallest doc_id of the component
+        pa.field("cluster_size", pa.int64()),
+        pa.field("kept_doc_id", pa.int64()),
+        pa.field("reason", pa.string()),  # null for the kept document
+        pa.field("shard", pa.int32()),  # input file of the document (remove shard)
+        pa.field("language", pa.string()),
+        pa.field("length_bytes", pa.int64()),
+    ]
+)
+_INPUT_COLUMNS = [
+    "doc_id",
+    "content",
+    "blob_id",
+    "license_type",
+    "star_events_count",
+    "fork_events_count",
+    "revision_date",
+    "visit_date",
+    "language",
+    "length_bytes",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DedupConfig:
+    """Exact and near dedup settings (defaults: StarCoder2, with datasketch's MinHash)."""
+
+    exact: bool = option(True, "remove exact copies (same exact_key)")
+    exact_key: str = option("blob_id", "blob_id (SHA-1 of the original bytes) or text (hash of the decoded text)")
+    near: bool = option(True, "remove near copies (MinHash LSH)")
+    threshold: float = option(0.7, "Jaccard similarity the LSH bands are tuned for")
+    num_perm: int = option(256, "MinHash permutations")
+    bands: int | None = option(None, "LSH bands (default: datasketch's optimum for threshold and num_perm)")
+    rows: int | None = option(None, "rows per band (default: with bands)")
+    ngram: int = option(5, "tokens per shingle")
+    min_tokens: int = option(5, "texts with fewer tokens get no signature (exact dedup only)")
+    lowercase: bool = option(True, "lower-case before tokenizing (StarCoder2; StarCoder kept case)")
+    seed: int = option(42, "seed of the MinHash permutations")
+    rows_per_partition: int = option(500_000, "documents per graph partition: bounds each task's memory")
+    batch_rows: int = option(2048, "rows per in-memory batch")
+    clusters: str | None = option(None, "dedup_clusters output to apply (default: computed by this run)")
+
+    def __post_init__(self) -> None:
+        if not (self.exact or self.near):
+            raise ValueError("nothing to do: enable exact and/or near")
+        if self.exact_key not in ("blob_id", "text"):
+            raise ValueError("exact_key must be blob_id or text")
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError("threshold must be between 0 and 1")
+        if self.num_perm < 2 or self.ngram < 1 or self.min_tokens < 0 or self.rows_per_partition < 1:
+            raise ValueError("num_perm must be at least 2, ngram at least 1, rows_per_partition at least 1")
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("give both bands and rows, or neither")
+        bands, rows = self.band_layout()
+        if bands * rows > self.num_perm or bands < 1 or rows < 1:
+            raise ValueError(f"{bands} bands x {rows} rows need more than num_perm={self.num_perm} permutations")
+
+    def band_layout(self) -> tuple[int, int]:
+        if self.bands is not None and self.rows is not None:
+            return self.bands, self.rows
+        return _optimal_bands(self.threshold, self.num_perm)
+
+    def __str__(self) -> str:
+        bands, rows = self.band_layout()
+        return (
+            f"{CLUSTERS_STAGE}: exact={self.exact_key if self.exact else 'off'} "
+            f"near={f'{self.ngram}-gram, {self.num_perm} perms, {bands}x{rows} bands' if self.near else 'off'}"
+        )
+
+
+_BANDS_CACHE: dict[tuple[float, int], tuple[int, int]] = {}
+
+
+def _optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
+    key = (threshold, num_perm)
+    if key not in _BANDS_CACHE:
+        _BANDS_CACHE[key] = minhash.optimal_bands(threshold, num_perm)
+    return _BANDS_CACHE[key]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every task needs: settings, the input files, where to write."""
+
+    cfg: DedupConfig
+    shards: tuple[Shard, ...]
+    root: str  # <out>/dedup_clusters
+    partitions: int
+
+    def work(self, *parts: str) -> str:
+        return io.join(self.root, "_work", *parts)
+
+
+# ---- 1. signature ---------------------------------------------------------------------------------------
+
+
+def _exact_keys(table: pa.Table, key: str) -> np.ndarray:
+    if key == "blob_id":
+        values = table.column("blob_id").to_pylist()
+        texts = table.column("content").to_pylist()
+        ints = [
+            int(v[:16], 16) if v else int.from_bytes(hashlib.sha1((t or "").encode()).digest()[:8], "big")
+            for v, t in zip(values, texts, strict=True)
+        ]
+    else:
+        ints = [
+            int.from_bytes(hashlib.sha1((t or "").encode()).digest()[:8], "big")
+            for t in table.column("content").to_pylist()
+        ]
+    return minhash.mix64(np.array(ints, dtype=np.uint64) ^ _EXACT_SALT)
+
+
+def _int_column(table: pa.Table, name: str, null: int) -> np.ndarray:
+    if name not in table.column_names:
+        return np.full(table.num_rows, null, dtype=np.int64)
+    return pc.fill_null(table.column(name).cast(pa.int64()), null).to_numpy()
+
+
+def _meta(table: pa.Table, shard: int, exact: np.ndarray) -> pa.Table:
+    n = table.num_rows
+    licenses = table.column("license_type").to_pylist() if "license_type" in table.column_names else [None] * n
+    low = np.iinfo(np.int64).min
+    return pa.table(
+        {
+            "doc_id": table.column("doc_id").cast(pa.int64()),
+            "shard": np.full(n, shard, dtype=np.int32),
+            "license_rank": np.array([LICENSE_RANK.get(x or "no_license", 1) for x in licenses], dtype=np.int8),
+            "stars": _int_column(table, "star_events_count", -1),
+            "forks": _int_column(table, "fork_events_count", -1),
+            "revision": _int_column(table, "revision_date", low),
+            "visit": _int_column(table, "visit_date", low),
+            "exact": exact,
+            "language": table.column("language") if "language" in table.column_names else pa.nulls(n, pa.string()),
+            "length_bytes": _int_column(table, "length_bytes", 0),
+        },
+        schema=META_SCHEMA,
+    )
+
+
+def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
+    """Keys (exact and LSH bands) of one input file, partitioned by key; ranking columns by doc_id."""
+    cfg, shard = plan.cfg, plan.shards[index]
+    fs, _ = io.filesystem(plan.root)
+    keys_out = graph.PartitionedWriter(fs, plan.work("keys"), index, KEY_SCHEMA, plan.partitions)
+    meta_out = graph.PartitionedWriter(fs, plan.work("meta"), index, META_SCHEMA, plan.partitions)
+    bands, rows = cfg.band_layout()
+    docs = signed = 0
+    try:
+        src_fs, path = io.filesystem(shard.path)
+        columns = [c for c in _INPUT_COLUMNS if c in pq.read_schema(path, filesystem=src_fs).names]
+        for table in io.scan_parquet_slice(
+            src_fs, path, shard.start, shard.stop, batch_rows=cfg.batch_rows, columns=columns
+        ):
+            doc_ids = table.column("doc_id").to_numpy().astype(np.int64)
+            exact = _exact_keys(table, cfg.exact_key)
+            parts_keys, parts_docs = [], []
+            if cfg.exact:
+                parts_keys.append(exact)
+                parts_docs.append(doc_ids)
+            if cfg.near:
+                sig, has = minhash.signatures(
+                    table.column("content"),
+                    num_perm=cfg.num_perm,
+                    seed=cfg.seed,
+                    ngram=cfg.ngram,
+                    min_tokens=cfg.min_tokens,
+                    lowercase=cfg.lowercase,
+                )
+                band = minhash.band_keys(sig[has], bands, rows)
+                parts_keys.append(band.reshape(-1))
+                parts_docs.append(np.repeat(doc_ids[has], bands))
+                signed += int(has.sum())
+            key_col = np.concatenate(parts_keys)
+            keys_out.write(
+                pa.table({"key": key_col, "doc_id": np.concatenate(parts_docs)}, schema=KEY_SCHEMA),
+                (key_col % np.uint64(plan.partitions)).astype(np.int64),
+            )
+            meta_out.write(_meta(table, index, exact), graph.partition_of(doc_ids, plan.partitions))
+            docs += table.num_rows
+    except BaseException:
+        keys_out.abort()
+        meta_out.abort()
+        raise
+    keys_out.commit()
+    meta_out.commit()
+    return {"docs": docs, "signed": signed}
+
+
+# ---- 2. bucket -------------------------------------------------------------------------------------------
+
+
+def bucket_task(plan: _Plan, part: int) -> dict[str, Any]:
+    """Star edges of every key shared by two or more documents, written by source node."""
+    fs, _ = io.filesystem(plan.root)
+    table = graph.read_partition(fs, plan.work("keys"), part)
+    if table is None:
+        x = y = np.zeros(0, dtype=np.int64)
+    else:
+        x, y = graph.bucket_edges(table.column("key").to_numpy(), table.column("doc_id").to_numpy())
+        x, y = graph.unique_edges(x, y)
+    edges = graph.both_directions(x, y)
+    graph.write_partitioned(
+        fs,
+        plan.work("cc", "000"),
+        part,
+        edges,
+        graph.partition_of(edges.column("u").to_numpy(), plan.partitions),
+        plan.partitions,
+    )
+    return {"edges": len(x)}
+
+
+# ---- 3. cluster ------------------------------------------------------------------------------------------
+
+
+def star_task(plan: _Plan, step: int, part: int) -> tuple[int, int]:
+    fs, _ = io.filesystem(plan.root)
+    src, dst = plan.work("cc", f"{step:03d}"), plan.work("cc", f"{step + 1:03d}")
+    return graph.star_step(fs, src, dst, part, plan.partitions, "large" if step % 2 == 0 else "small")
+
+
+def member_task(plan: _Plan, step: int, part: int) -> dict[str, Any]:
+    """Label each node of this partition with its component and attach its ranking columns."""
+    fs, _ = io.filesystem(plan.root)
+    nodes, label = graph.labels(*graph.read_edges(fs, plan.work("cc", f"{step:03d}"), part))
+    meta = graph.read_partition(fs, plan.work("meta"), part)
+    if meta is None or len(nodes) == 0:
+        members = MEMBER_SCHEMA.empty_table()
+    else:
+        doc_ids = meta.column("doc_id").to_numpy()
+        order = np.argsort(doc_ids, kind="stable")
+        pos = order[np.searchsorted(doc_ids, nodes, sorter=order)]
+        members = meta.take(pa.array(pos)).add_column(0, "cluster_id", pa.array(label, pa.int64()))
+    graph.write_partitioned(
+        fs,
+        plan.work("members"),
+        part,
+        members,
+        graph.partition_of(members.column("cluster_id").to_numpy(), plan.partitions),
+        plan.partitions,
+    )
+    return {"nodes": len(nodes)}
+
+
+def rank_order(members: pa.Table) -> np.ndarray:
+    """Row order: by cluster, then StarCoder2's keeper order, then doc_id (a total order: no ties left)."""
+
+    def col(name: str) -> np.ndarray:
+        return members.column(name).to_numpy()
+
+    # np.lexsort sorts by the last key first; ~x reverses an int64 order without overflow.
+    return np.lexsort(
+        (
+            col("doc_id"),
+            ~col("visit"),
+            ~col("revision"),
+            ~col("forks"),
+            ~col("stars"),
+            col("license_rank"),
+            col("cluster_id"),
+        )
+    )
+
+
+_SIZE_BUCKETS = (2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025)
+
+
+def _size_bucket(size: int) -> str:
+    lo = max(b for b in _SIZE_BUCKETS if b <= size)
+    nxt = [b for b in _SIZE_BUCKETS if b > size]
+    if lo == 2:
+        return "size_2"
+    return f"size_{lo}-{nxt[0] - 1}" if nxt else f"size_{lo}+"
+
+
+def cluster_task(plan: _Plan, part: int, run_id: str) -> dict[str, Any]:
+    """Pick the kept document of every component in this partition; write its clusters file and stats."""
+    fs, _ = io.filesystem(plan.root)
+    members = graph.read_partition(fs, plan.work("members"), part)
+    out = StageDir(plan.root.rsplit("/", 1)[0], CLUSTERS_STAGE)
+    if members is None or members.num_rows == 0:
+        clusters = CLUSTER_SCHEMA.empty_table()
+    else:
+        members = members.take(pa.array(rank_order(members)))
+        cid = members.column("cluster_id").to_numpy()
+        starts = np.flatnonzero(np.r_[True, cid[1:] != cid[:-1]])
+        sizes = np.diff(np.r_[starts, len(cid)])
+        first = np.repeat(starts, sizes)
+        doc = members.column("doc_id").to_numpy()
+        exact = members.column("exact").to_numpy()
+        is_kept = np.arange(len(cid)) == first
+        same = exact == exact[first]
+        reason = np.where(is_kept, None, np.where(same, REASONS[0], REASONS[1]))
+        clusters = pa.table(
+            {
+                "doc_id": doc,
+                "cluster_id": cid,
+                "cluster_size": np.repeat(sizes, sizes),
+                "kept_doc_id": doc[first],
+                "reason": pa.array(reason.tolist(), pa.string()),
+                "shard": members.column("shard"),
+                "language": members.column("language"),
+                "length_bytes": members.column("length_bytes"),
+            },
+            schema=CLUSTER_SCHEMA,
+        )
+        clusters = clusters.sort_by([("shard", "ascending"), ("doc_id", "ascending")])
+    sink = io.AtomicParquetWriter(fs, out.path("data", part), CLUSTER_SCHEMA)
+    sink.write(clusters)
+    sink.commit()
+    stats = io.AtomicParquetWriter(fs, out.path("stats", part), STATS_SCHEMA)
+    stats.write(_cluster_stats(clusters, run_id, part))
+    stats.commit()
+    summary = {
+        "shard": part,
+        "docs_in": clusters.num_rows,
+        "docs_out": clusters.num_rows,
+        "docs_removed": 0,
+        "errors": 0,
+        "bytes_out": 0,
+        "seconds": 0.0,
+    }
+    io.write_bytes_atomic(fs, out.path("_shards", part, ".json"), json.dumps(summary).encode())
+    return {"clusters": int(pc.sum(pc.is_null(clusters.column("reason"))).as_py() or 0)}
+
+
+def _cluster_stats(clusters: pa.Table, run_id: str, part: int) -> pa.Table:
+    """Clusters by size bucket and keeper language; removed docs and bytes by language and reason."""
+    counts: dict[tuple[str, str | None, str | None], float] = {}
+
+    def add(metric: str, language: str | None, reason: str | None, value: float) -> None:
+        counts[(metric, language, reason)] = counts.get((metric, language, reason), 0.0) + value
+
+    for row in clusters.to_pylist():
+        if row["reason"] is None:
+            add("clusters", row["language"], _size_bucket(row["cluster_size"]), 1)
+            add("docs_in_clusters", row["language"], None, row["cluster_size"])
+        else:
+            add("docs_duplicate", row["language"], row["reason"], 1)
+            add("bytes_duplicate", row["language"], row["reason"], row["length_bytes"] or 0)
+    rows = [
+        {
+            "run_id": run_id,
+            "stage": CLUSTERS_STAGE,
+            "shard": part,
+            "metric": m,
+            "language": lang,
+            "reason": r,
+            "value": v,
+            "unit": "bytes" if m.startswith("bytes") else "docs",
+        }
+        for (m, lang, r), v in sorted(counts.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
+    ]
+    return pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
+
+
+# ---- orchestration ---------------------------------------------------------------------------------------
+
+
+def _phase(ctx: TaskContext, plan: _Plan, name: str, fn: Any, items: list[tuple[Any, ...]]) -> list[Any]:
+    """Run the items of one phase that have no marker yet; return every item's result, in order."""
+    fs, _ = io.filesystem(plan.root)
+    marker_dir = plan.work("_done", name)
+    fs.create_dir(marker_dir, recursive=True)
+    results: list[Any] = [None] * len(items)
+    todo = []
+    for i in range(len(items)):
+        marker = io.join(marker_dir, f"{i:05d}.json")
+        if io.exists(fs, marker):
+            results[i] = json.loads(io.read_text(fs, marker))
+        else:
+            todo.append(i)
+    for i, result in zip(todo, ctx.map(fn, [items[i] for i in todo], f"dedup {name}"), strict=True):
+        io.write_bytes_atomic(fs, io.join(marker_dir, f"{i:05d}.json"), json.dumps(result).encode())
+        results[i] = result
+    return results
+
+
+def _remove_dir(uri: str) -> None:
+    fs, path = io.filesystem(uri)
+    if io.exists(fs, path):
+        fs.delete_dir(path)
+
+
+def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
+    """Run signature, bucket and cluster into `<out>/dedup_clusters` (or reuse a finished one)."""
+    if cfg.clusters is not None:
+        return cfg
+    assert ctx.input_uri is not None
+    from stackcurate.stages import plan_records
+
+    shards = tuple(plan_records(cfg, ctx.input_uri))
+    if any(s.kind == "unreadable" for s in shards):
+        bad = next(s for s in shards if s.kind == "unreadable")
+        raise StackcurateError(f"dedup cannot read {bad.path}: {bad.detail}")
+    rows = sum(s.stop - s.start for s in shards)
+    partitions = max(1, math.ceil(rows / cfg.rows_per_partition))
+    out = StageDir(ctx.out, CLUSTERS_STAGE)
+    plan = _Plan(cfg, shards, out.root, partitions)
+    settings = {k: v for k, v in to_dict(cfg).items() if k not in ("batch_rows", "clusters")}
+    fingerprint = plan_fingerprint(CLUSTERS_STAGE, settings, list(shards))
+    result = replace(cfg, clusters=out.uri)
+    fp_path = io.join(out.root, "_plan.json")
+    if (
+        not ctx.overwrite
+        and out.is_complete()
+        and json.loads(io.read_text(out.fs, fp_path)).get("fingerprint") == fingerprint
+    ):
+        return result
+    out.prepare(fingerprint, overwrite=ctx.overwrite)
+    _phase(ctx, plan, "signature", signature_task, [(plan, i) for i in range(len(shards))])
+    _phase(ctx, plan, "bucket", bucket_task, [(plan, p) for p in range(partitions)])
+    _remove_dir(plan.work("keys"))
+    step, previous = 0, None
+    while True:
+        sums = _phase(ctx, plan, f"cc{step:03d}", star_task, [(plan, step, p) for p in range(partitions)])
+        if step >= 2:
+            _remove_dir(plan.work("cc", f"{step - 1:03d}"))
+        total = (sum(c for c, _ in sums), sum(s for _, s in sums) % 2**64)
+        if step % 2 == 0:
+            if total == previous:  # a large-star + small-star round changed nothing: one star per component
+                break
+            previous = total
+        step += 1
+        if step > 200:
+            raise StackcurateError("connected components did not converge in 100 rounds; please report this")
+    _phase(ctx, plan, "member", member_task, [(plan, step, p) for p in range(partitions)])
+    run_id = ctx.run_id
+    _phase(ctx, plan, "cluster", cluster_task, [(plan, p, run_id) for p in range(partitions)])
+    out.finish(json.dumps({"stage": CLUSTERS_STAGE, "input": ctx.input_uri, "config": settings}, indent=1))
+    _remove_dir(plan.work())
+    return result
+
+
+# ---- 4. remove -------------------------------------------------------------------------------------------
+
+
+class DedupStage:
+    """Move the rows of duplicates to `removed/`, with the doc_id kept in their place."""
+
+    name = "dedup"
+
+    def __init__(self, cfg: DedupConfig) -> None:
+        self.cfg = cfg
+
+    def read(self, shard: Shard) -> Iterator[pa.Table]:
+        if self.cfg.clusters is None:
+            raise StackcurateError("dedup needs its clusters: run `stackcurate dedup`, which computes them first")
+        fs, root = io.filesystem(self.cfg.clusters)
+        files = sorted(io.expand(fs, io.join(root, "*.parquet")))
+        decided = (
+            pq.ParquetDataset(files, filesystem=fs, filters=[("shard", "=", shard.index)]).read(
+                columns=["doc_id", "kept_doc_id", "reason"]
+            )
+            if files
+            else CLUSTER_SCHEMA.empty_table()
+        )
+        decided = decided.filter(pc.is_valid(decided.column("reason")))
+        ids = decided.column("doc_id").to_numpy()
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order]
+        kept = decided.column("kept_doc_id").to_numpy()[order]
+        reasons = np.array(decided.column("reason").to_pylist(), dtype=object)[order]
+        for table in read_records(shard, self.cfg.batch_rows):
+            doc = table.column("doc_id").to_numpy()
+            pos = np.clip(np.searchsorted(ids, doc), 0, max(len(ids) - 1, 0))
+            hit = (ids[pos] == doc) if len(ids) else np.zeros(len(doc), dtype=np.bool_)
+            yield table.append_column(
+                "_reason", pa.array(np.where(hit, reasons[pos] if len(ids) else None, None).tolist(), pa.string())
+            ).append_column("_duplicate_of", pa.array(np.where(hit, kept[pos] if len(ids) else 0, 0), pa.int64()))
+
+    def output_schema(self, shard: Shard) -> pa.Schema:
+        return records_schema(shard)
+
+    def removed_schema(self, shard: Shard) -> pa.Schema:
+        return with_reason(records_schema(shard)).append(pa.field("duplicate_of", pa.int64()))
+
+    def __call__(self, table: pa.Table) -> StageOutput:
+        reason = table.column("_reason")
+        drop = pc.is_valid(reason)
+        data = table.drop_columns(["_reason", "_duplicate_of"])
+        removed = data.filter(drop)
+        removed = (
+            removed.append_column("reason", reason.filter(drop))
+            .append_column("detail", pa.nulls(removed.num_rows, pa.string()))
+            .append_column("duplicate_of", table.column("_duplicate_of").filter(drop))
+        )
+        return StageOutput(kept=data.filter(pc.invert(drop)), removed=removed)  # pyright: ignore[reportAttributeAccessIssue]

@@ -1,0 +1,278 @@
+"""MinHash signatures and LSH band keys for a whole batch in one compiled pass.
+
+Semantics are datasketch's (2.x, default `affine32` scheme), so a signature here equals
+`datasketch.MinHash(num_perm, seed, hashfunc=xxh32)` updated with the same shingles:
+- shingles follow StarCoder2: the text lower-cased, tokens are the maximal runs of word characters (Python's
+  `\\w`: str.isalnum() or `_`, for every code point), a shingle is `ngram` consecutive tokens joined by one
+  space, encoded as UTF-8; a text with fewer than `min_tokens` tokens has no shingles (exact dedup only), one
+  with fewer than `ngram` (but at least `min_tokens`) has one shingle of all its tokens;
+- each shingle is hashed with xxh32 (seed 0), mixed by the MurmurHash3 finalizer, then permuted by
+  `a * h + b mod 2^32` with odd `a`; (a, b) come from `numpy.random.RandomState(seed)` as datasketch draws them;
+- band `i` covers signature values `[i * rows, (i + 1) * rows)`, as in `datasketch.MinHashLSH`; two texts
+  share a band key when those values are equal (keys are 64-bit hashes of the values and the band number).
+
+Why hand-written: datasketch hashes one shingle per Python call; this loop (numba, compiled once per machine
+and cached next to this file) does tokenizing, hashing and all permutations without leaving machine code,
+which is what makes the signature pass run at about the speed of reading the data.
+"""
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numba import njit
+
+_P1, _P2, _P3, _P4, _P5 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F, 0x165667B1
+_M32 = 0xFFFFFFFF
+EMPTY = np.uint32(_M32)  # the value of every signature slot of a text without shingles
+
+
+def _word_table() -> np.ndarray:
+    """True for the code points Python's re module counts as `\\w`."""
+    table = np.zeros(0x110000, dtype=np.bool_)
+    for cp in range(0x110000):
+        if chr(cp).isalnum():
+            table[cp] = True
+    table[ord("_")] = True
+    return table
+
+
+_WORD: np.ndarray | None = None
+
+
+def word_table() -> np.ndarray:
+    global _WORD  # noqa: PLW0603 - built once per process (about 0.2 s), then shared by every batch
+    if _WORD is None:
+        _WORD = _word_table()
+    return _WORD
+
+
+def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """datasketch's affine32 permutation parameters (odd a, any b) for `num_perm` and `seed`."""
+    gen = np.random.RandomState(seed)
+    a = gen.randint(0, 1 << 31, num_perm, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = gen.randint(0, 1 << 32, num_perm, dtype=np.uint32)
+    return a, b
+
+
+def _integrate(f: "np.ufunc | object", lo: float, hi: float, n: int = 2001) -> float:
+    xs = np.linspace(lo, hi, n)
+    ys = f(xs)  # type: ignore[operator]
+    return float(np.sum((ys[1:] + ys[:-1]) * np.diff(xs)) / 2)
+
+
+def optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
+    """(bands, rows) minimising the equal-weighted false-positive and false-negative areas (datasketch's
+    `_optimal_param`): 0.7 with 256 or 250 permutations gives 25 bands of 10 rows, as StarCoder used."""
+    best, best_err = (1, num_perm), math.inf
+    for b in range(1, num_perm + 1):
+        for r in range(1, num_perm // b + 1):
+            fp = _integrate(lambda s, b=b, r=r: 1 - (1 - s**r) ** b, 0.0, threshold)
+            fn = _integrate(lambda s, b=b, r=r: 1 - (1 - (1 - s**r) ** b), threshold, 1.0)
+            err = 0.5 * fp + 0.5 * fn
+            if err < best_err:
+                best, best_err = (b, r), err
+    return best
+
+
+@njit(cache=True, inline="always")
+def _rotl(x: int, r: int) -> int:
+    return ((x << np.uint64(r)) | (x >> np.uint64(32 - r))) & np.uint64(0xFFFFFFFF)
+
+
+@njit(cache=True, inline="always")
+def _read32(buf: np.ndarray, i: int) -> int:
+    return (
+        np.uint64(buf[i])
+        | (np.uint64(buf[i + 1]) << np.uint64(8))
+        | (np.uint64(buf[i + 2]) << np.uint64(16))
+        | (np.uint64(buf[i + 3]) << np.uint64(24))
+    )
+
+
+@njit(cache=True)
+def xxh32(buf: np.ndarray, n: int) -> int:
+    """xxHash32 with seed 0 of `buf[:n]` (all arithmetic in uint64, masked to 32 bits)."""
+    m = np.uint64(0xFFFFFFFF)
+    p1, p2, p3, p4, p5 = np.uint64(_P1), np.uint64(_P2), np.uint64(_P3), np.uint64(_P4), np.uint64(_P5)
+    i = 0
+    if n >= 16:
+        v1 = (p1 + p2) & m
+        v2 = p2
+        v3 = np.uint64(0)
+        v4 = (np.uint64(0x100000000) - p1) & m
+        while i + 16 <= n:
+            v1 = (_rotl((v1 + _read32(buf, i) * p2) & m, 13) * p1) & m
+            v2 = (_rotl((v2 + _read32(buf, i + 4) * p2) & m, 13) * p1) & m
+            v3 = (_rotl((v3 + _read32(buf, i + 8) * p2) & m, 13) * p1) & m
+            v4 = (_rotl((v4 + _read32(buf, i + 12) * p2) & m, 13) * p1) & m
+            i += 16
+        h = (_rotl(v1, 1) + _rotl(v2, 7) + _rotl(v3, 12) + _rotl(v4, 18)) & m
+    else:
+        h = p5
+    h = (h + np.uint64(n)) & m
+    while i + 4 <= n:
+        h = (_rotl((h + _read32(buf, i) * p3) & m, 17) * p4) & m
+        i += 4
+    while i < n:
+        h = (_rotl((h + np.uint64(buf[i]) * p5) & m, 11) * p1) & m
+        i += 1
+    h ^= h >> np.uint64(15)
+    h = (h * p2) & m
+    h ^= h >> np.uint64(13)
+    h = (h * p3) & m
+    h ^= h >> np.uint64(16)
+    return h
+
+
+@njit(cache=True, inline="always")
+def _fmix32(h: int) -> int:
+    m = np.uint64(0xFFFFFFFF)
+    h ^= h >> np.uint64(16)
+    h = (h * np.uint64(0x85EBCA6B)) & m
+    h ^= h >> np.uint64(13)
+    h = (h * np.uint64(0xC2B2AE35)) & m
+    h ^= h >> np.uint64(16)
+    return h
+
+
+@njit(cache=True)
+def _signatures(
+    data: np.ndarray,
+    offsets: np.ndarray,
+    word: np.ndarray,
+    ngram: int,
+    min_tokens: int,
+    a: np.ndarray,
+    b: np.ndarray,
+    sig: np.ndarray,
+    has_shingles: np.ndarray,
+) -> None:
+    n_docs = offsets.shape[0] - 1
+    num_perm = a.shape[0]
+    longest = 0
+    for d in range(n_docs):
+        longest = max(longest, offsets[d + 1] - offsets[d])
+    tok_start = np.empty(longest + 1, dtype=np.int64)
+    tok_end = np.empty(longest + 1, dtype=np.int64)
+    scratch = np.empty(longest + ngram + 1, dtype=np.uint8)
+    phv = np.empty(num_perm, dtype=np.uint32)
+    for d in range(n_docs):
+        lo, hi = offsets[d], offsets[d + 1]
+        # Tokens: maximal runs of word code points, as byte ranges of the UTF-8 text.
+        ntok = 0
+        inside = False
+        i = lo
+        while i < hi:
+            c = data[i]
+            if c < 0x80:
+                cp, width = np.int64(c), 1
+            elif c < 0xE0:
+                cp, width = (np.int64(c & 0x1F) << 6) | (data[i + 1] & 0x3F), 2
+            elif c < 0xF0:
+                cp = (np.int64(c & 0x0F) << 12) | (np.int64(data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F)
+                width = 3
+            else:
+                cp = (
+                    (np.int64(c & 0x07) << 18)
+                    | (np.int64(data[i + 1] & 0x3F) << 12)
+                    | (np.int64(data[i + 2] & 0x3F) << 6)
+                    | (data[i + 3] & 0x3F)
+                )
+                width = 4
+            if cp < word.shape[0] and word[cp]:
+                if not inside:
+                    tok_start[ntok] = i
+                    inside = True
+                tok_end[ntok] = i + width
+            elif inside:
+                ntok += 1
+                inside = False
+            i += width
+        if inside:
+            ntok += 1
+        row = sig[d]
+        row[:] = np.uint32(0xFFFFFFFF)
+        if ntok < min_tokens or ntok == 0:
+            has_shingles[d] = False
+            continue
+        has_shingles[d] = True
+        span = min(ngram, ntok)
+        for first in range(ntok - span + 1):
+            k = 0
+            for t in range(first, first + span):
+                if t > first:
+                    scratch[k] = 32
+                    k += 1
+                for j in range(tok_start[t], tok_end[t]):
+                    scratch[k] = data[j]
+                    k += 1
+            x = np.uint32(_fmix32(xxh32(scratch, k)))
+            for p in range(num_perm):
+                phv[p] = a[p] * x + b[p]  # uint32 arithmetic wraps: mod 2^32, as datasketch
+            for p in range(num_perm):
+                if phv[p] < row[p]:
+                    row[p] = phv[p]
+
+
+@njit(cache=True, inline="always")
+def _splitmix64(x: int) -> int:
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True)
+def _band_keys(sig: np.ndarray, bands: int, rows: int, keys: np.ndarray) -> None:
+    for d in range(sig.shape[0]):
+        for band in range(bands):
+            h = _splitmix64(np.uint64(band + 1))
+            for j in range(band * rows, (band + 1) * rows):
+                h = _splitmix64(h ^ np.uint64(sig[d, j]))
+            keys[d, band] = h
+
+
+def mix64(values: np.ndarray) -> np.ndarray:
+    """splitmix64 of every element (uint64 in, uint64 out): the hash that spreads ids over partitions."""
+    with np.errstate(over="ignore"):
+        x = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def _utf8_buffers(texts: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """The UTF-8 bytes and int64 offsets of a string column (nulls become empty texts)."""
+    arr = pc.fill_null(texts, "")
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    arr = arr.cast(pa.large_string())
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]  # type: ignore[arg-type]
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(1, np.uint8)  # type: ignore[arg-type]
+    return data, offsets
+
+
+def signatures(
+    texts: pa.Array | pa.ChunkedArray, *, num_perm: int, seed: int, ngram: int, min_tokens: int, lowercase: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """MinHash signatures (n x num_perm uint32) and whether each text had shingles."""
+    if lowercase:
+        texts = pc.utf8_lower(texts)
+    data, offsets = _utf8_buffers(texts)
+    a, b = permutations(num_perm, seed)
+    n = len(offsets) - 1
+    sig = np.empty((n, num_perm), dtype=np.uint32)
+    has = np.zeros(n, dtype=np.bool_)
+    _signatures(data, offsets, word_table(), ngram, min_tokens, a, b, sig, has)
+    return sig, has
+
+
+def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
+    """One 64-bit key per (text, band): equal keys mean equal signature values in that band."""
+    if bands * rows > sig.shape[1]:
+        raise ValueError(f"{bands} bands x {rows} rows need {bands * rows} permutations, have {sig.shape[1]}")
+    keys = np.empty((sig.shape[0], bands), dtype=np.uint64)
+    _band_keys(sig, bands, rows, keys)
+    return keys
