@@ -57,6 +57,10 @@ REASONS = ("exact_duplicate", "near_duplicate")
 _EXACT_SALT = np.uint64(0xD1B54A32D192ED03)  # keeps exact keys apart from band keys
 
 KEY_SCHEMA = pa.schema([pa.field("key", pa.uint64()), pa.field("doc_id", pa.int64())])
+SHINGLE_SCHEMA = pa.schema([pa.field("doc_id", pa.int64()), pa.field("hashes", pa.large_list(pa.uint32()))])
+PAIR_SCHEMA = pa.schema(
+    [pa.field("u", pa.int64()), pa.field("v", pa.int64()), pa.field("hashes", pa.large_list(pa.uint32()))]
+)
 META_SCHEMA = pa.schema(
     [
         pa.field("doc_id", pa.int64()),
@@ -113,6 +117,7 @@ class DedupConfig:
     min_tokens: int = option(5, "texts with fewer tokens get no signature (exact dedup only)")
     lowercase: bool = option(True, "lower-case before tokenizing (StarCoder2; StarCoder kept case)")
     seed: int = option(42, "seed of the MinHash permutations")
+    verify: bool = option(False, "keep only candidate pairs whose exact Jaccard reaches threshold (The Stack v1)")
     rows_per_partition: int = option(500_000, "documents per graph partition: bounds each task's memory")
     batch_rows: int = option(2048, "rows per in-memory batch")
     clusters: str | None = option(None, "dedup_clusters output to apply (default: computed by this run)")
@@ -220,6 +225,10 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
     fs, _ = io.filesystem(plan.root)
     keys_out = graph.PartitionedWriter(fs, plan.work("keys"), index, KEY_SCHEMA, plan.partitions)
     meta_out = graph.PartitionedWriter(fs, plan.work("meta"), index, META_SCHEMA, plan.partitions)
+    sinks = [keys_out, meta_out]
+    if cfg.verify:
+        shingles_out = graph.PartitionedWriter(fs, plan.work("shingles"), index, SHINGLE_SCHEMA, plan.partitions)
+        sinks.append(shingles_out)
     bands, rows = cfg.band_layout()
     docs = signed = 0
     try:
@@ -253,13 +262,22 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
                 (key_col % np.uint64(plan.partitions)).astype(np.int64),
             )
             meta_out.write(_meta(table, index, exact), graph.partition_of(doc_ids, plan.partitions))
+            if cfg.verify:
+                values, offsets = minhash.shingle_hashes(
+                    table.column("content"), ngram=cfg.ngram, min_tokens=cfg.min_tokens, lowercase=cfg.lowercase
+                )
+                lists = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, pa.uint32()))
+                shingles_out.write(
+                    pa.table({"doc_id": doc_ids, "hashes": lists}, schema=SHINGLE_SCHEMA),
+                    graph.partition_of(doc_ids, plan.partitions),
+                )
             docs += table.num_rows
     except BaseException:
-        keys_out.abort()
-        meta_out.abort()
+        for sink in sinks:
+            sink.abort()
         raise
-    keys_out.commit()
-    meta_out.commit()
+    for sink in sinks:
+        sink.commit()
     return {"docs": docs, "signed": signed}
 
 
@@ -275,6 +293,77 @@ def bucket_task(plan: _Plan, part: int) -> dict[str, Any]:
     else:
         x, y = graph.bucket_edges(table.column("key").to_numpy(), table.column("doc_id").to_numpy())
         x, y = graph.unique_edges(x, y)
+    if plan.cfg.verify:  # exact key pairs are exact copies; the others wait for their Jaccard
+        pairs = pa.table({"u": x, "v": y}, schema=graph.EDGE_SCHEMA)
+        graph.write_partitioned(
+            fs, plan.work("pairs"), part, pairs, graph.partition_of(x, plan.partitions), plan.partitions
+        )
+        return {"edges": len(x)}
+    edges = graph.both_directions(x, y)
+    graph.write_partitioned(
+        fs,
+        plan.work("cc", "000"),
+        part,
+        edges,
+        graph.partition_of(edges.column("u").to_numpy(), plan.partitions),
+        plan.partitions,
+    )
+    return {"edges": len(x)}
+
+
+def _lookup(shingles: pa.Table | None, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row of each id in a partition's shingles table (-1 when absent) and the table's doc_ids."""
+    if shingles is None:
+        return np.full(len(ids), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    doc = shingles.column("doc_id").to_numpy()
+    order = np.argsort(doc, kind="stable")
+    pos = np.clip(np.searchsorted(doc, ids, sorter=order), 0, max(len(doc) - 1, 0))
+    rows = order[pos] if len(doc) else pos
+    return np.where(len(doc) and doc[rows] == ids, rows, -1), doc
+
+
+def attach_task(plan: _Plan, part: int) -> dict[str, Any]:
+    """Verification, first hop: attach the shingles of each pair's first document, send it to the second's."""
+    fs, _ = io.filesystem(plan.root)
+    pairs = graph.read_partition(fs, plan.work("pairs"), part)
+    shingles = graph.read_partition(fs, plan.work("shingles"), part)
+    u = pairs.column("u").to_numpy() if pairs is not None else np.zeros(0, dtype=np.int64)
+    v = pairs.column("v").to_numpy() if pairs is not None else np.zeros(0, dtype=np.int64)
+    rows, _ = _lookup(shingles, u)
+    found = rows >= 0
+    hashes = (
+        shingles.column("hashes").take(pa.array(rows[found]))
+        if shingles is not None
+        else pa.chunked_array([], pa.large_list(pa.uint32()))
+    )
+    table = pa.table({"u": u[found], "v": v[found], "hashes": hashes}, schema=PAIR_SCHEMA)
+    graph.write_partitioned(
+        fs, plan.work("pairs2"), part, table, graph.partition_of(v[found], plan.partitions), plan.partitions
+    )
+    return {"pairs": int(found.sum())}
+
+
+def verify_task(plan: _Plan, part: int) -> dict[str, Any]:
+    """Verification, second hop: exact Jaccard of each pair; pairs at the threshold become graph edges.
+
+    Exact copies always pass (their Jaccard is 1, or both have no shingles and share the exact key).
+    """
+    fs, _ = io.filesystem(plan.root)
+    pairs = graph.read_partition(fs, plan.work("pairs2"), part)
+    shingles = graph.read_partition(fs, plan.work("shingles"), part)
+    x = y = np.zeros(0, dtype=np.int64)
+    if pairs is not None and shingles is not None:
+        u, v = pairs.column("u").to_numpy(), pairs.column("v").to_numpy()
+        rows, _ = _lookup(shingles, v)
+        left = pairs.column("hashes").combine_chunks()
+        right = shingles.column("hashes").combine_chunks()
+        values = np.concatenate([left.values.to_numpy(), right.values.to_numpy()])
+        left_off = left.offsets.to_numpy()
+        offsets = np.concatenate([left_off, right.offsets.to_numpy()[1:] + len(left.values)])
+        jac = minhash.jaccard_pairs(values, offsets, np.arange(len(u), dtype=np.int64), len(u) + np.maximum(rows, 0))
+        empty_left = np.diff(left_off) == 0
+        keep = (rows >= 0) & ((jac >= plan.cfg.threshold) | empty_left)
+        x, y = u[keep], v[keep]
     edges = graph.both_directions(x, y)
     graph.write_partitioned(
         fs,
@@ -488,6 +577,11 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
     _phase(ctx, plan, "signature", signature_task, [(plan, i) for i in range(len(shards))])
     _phase(ctx, plan, "bucket", bucket_task, [(plan, p) for p in range(partitions)])
     _remove_dir(plan.work("keys"))
+    if cfg.verify:
+        _phase(ctx, plan, "attach", attach_task, [(plan, p) for p in range(partitions)])
+        _phase(ctx, plan, "verify", verify_task, [(plan, p) for p in range(partitions)])
+        for name in ("pairs", "pairs2", "shingles"):
+            _remove_dir(plan.work(name))
     step, previous = 0, None
     while True:
         sums = _phase(ctx, plan, f"cc{step:03d}", star_task, [(plan, step, p) for p in range(partitions)])

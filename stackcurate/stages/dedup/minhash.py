@@ -138,6 +138,67 @@ def _fmix32(h: int) -> int:
 
 
 @njit(cache=True)
+def _tokens(data: np.ndarray, lo: int, hi: int, word: np.ndarray, tok_start: np.ndarray, tok_end: np.ndarray) -> int:
+    """Byte ranges of the maximal runs of word code points in `data[lo:hi]`; returns how many."""
+    ntok = 0
+    inside = False
+    i = lo
+    while i < hi:
+        c = data[i]
+        if c < 0x80:
+            cp, width = np.int64(c), 1
+        elif c < 0xE0:
+            cp, width = (np.int64(c & 0x1F) << 6) | (data[i + 1] & 0x3F), 2
+        elif c < 0xF0:
+            cp = (np.int64(c & 0x0F) << 12) | (np.int64(data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F)
+            width = 3
+        else:
+            cp = (
+                (np.int64(c & 0x07) << 18)
+                | (np.int64(data[i + 1] & 0x3F) << 12)
+                | (np.int64(data[i + 2] & 0x3F) << 6)
+                | (data[i + 3] & 0x3F)
+            )
+            width = 4
+        if cp < word.shape[0] and word[cp]:
+            if not inside:
+                tok_start[ntok] = i
+                inside = True
+            tok_end[ntok] = i + width
+        elif inside:
+            ntok += 1
+            inside = False
+        i += width
+    if inside:
+        ntok += 1
+    return ntok
+
+
+@njit(cache=True)
+def _shingle_hash(
+    data: np.ndarray, tok_start: np.ndarray, tok_end: np.ndarray, first: int, span: int, scratch: np.ndarray
+) -> int:
+    """xxh32 of tokens `[first, first + span)` joined by single spaces."""
+    k = 0
+    for t in range(first, first + span):
+        if t > first:
+            scratch[k] = 32
+            k += 1
+        for j in range(tok_start[t], tok_end[t]):
+            scratch[k] = data[j]
+            k += 1
+    return xxh32(scratch, k)
+
+
+@njit(cache=True)
+def _longest(offsets: np.ndarray) -> int:
+    longest = 0
+    for d in range(offsets.shape[0] - 1):
+        longest = max(longest, offsets[d + 1] - offsets[d])
+    return longest
+
+
+@njit(cache=True)
 def _signatures(
     data: np.ndarray,
     offsets: np.ndarray,
@@ -149,49 +210,14 @@ def _signatures(
     sig: np.ndarray,
     has_shingles: np.ndarray,
 ) -> None:
-    n_docs = offsets.shape[0] - 1
     num_perm = a.shape[0]
-    longest = 0
-    for d in range(n_docs):
-        longest = max(longest, offsets[d + 1] - offsets[d])
+    longest = _longest(offsets)
     tok_start = np.empty(longest + 1, dtype=np.int64)
     tok_end = np.empty(longest + 1, dtype=np.int64)
     scratch = np.empty(longest + ngram + 1, dtype=np.uint8)
     phv = np.empty(num_perm, dtype=np.uint32)
-    for d in range(n_docs):
-        lo, hi = offsets[d], offsets[d + 1]
-        # Tokens: maximal runs of word code points, as byte ranges of the UTF-8 text.
-        ntok = 0
-        inside = False
-        i = lo
-        while i < hi:
-            c = data[i]
-            if c < 0x80:
-                cp, width = np.int64(c), 1
-            elif c < 0xE0:
-                cp, width = (np.int64(c & 0x1F) << 6) | (data[i + 1] & 0x3F), 2
-            elif c < 0xF0:
-                cp = (np.int64(c & 0x0F) << 12) | (np.int64(data[i + 1] & 0x3F) << 6) | (data[i + 2] & 0x3F)
-                width = 3
-            else:
-                cp = (
-                    (np.int64(c & 0x07) << 18)
-                    | (np.int64(data[i + 1] & 0x3F) << 12)
-                    | (np.int64(data[i + 2] & 0x3F) << 6)
-                    | (data[i + 3] & 0x3F)
-                )
-                width = 4
-            if cp < word.shape[0] and word[cp]:
-                if not inside:
-                    tok_start[ntok] = i
-                    inside = True
-                tok_end[ntok] = i + width
-            elif inside:
-                ntok += 1
-                inside = False
-            i += width
-        if inside:
-            ntok += 1
+    for d in range(offsets.shape[0] - 1):
+        ntok = _tokens(data, offsets[d], offsets[d + 1], word, tok_start, tok_end)
         row = sig[d]
         row[:] = np.uint32(0xFFFFFFFF)
         if ntok < min_tokens or ntok == 0:
@@ -200,20 +226,65 @@ def _signatures(
         has_shingles[d] = True
         span = min(ngram, ntok)
         for first in range(ntok - span + 1):
-            k = 0
-            for t in range(first, first + span):
-                if t > first:
-                    scratch[k] = 32
-                    k += 1
-                for j in range(tok_start[t], tok_end[t]):
-                    scratch[k] = data[j]
-                    k += 1
-            x = np.uint32(_fmix32(xxh32(scratch, k)))
+            x = np.uint32(_fmix32(_shingle_hash(data, tok_start, tok_end, first, span, scratch)))
             for p in range(num_perm):
                 phv[p] = a[p] * x + b[p]  # uint32 arithmetic wraps: mod 2^32, as datasketch
             for p in range(num_perm):
                 if phv[p] < row[p]:
                     row[p] = phv[p]
+
+
+@njit(cache=True)
+def _shingle_hashes(
+    data: np.ndarray, offsets: np.ndarray, word: np.ndarray, ngram: int, min_tokens: int
+) -> tuple[np.ndarray, np.ndarray]:
+    longest = _longest(offsets)
+    tok_start = np.empty(longest + 1, dtype=np.int64)
+    tok_end = np.empty(longest + 1, dtype=np.int64)
+    scratch = np.empty(longest + ngram + 1, dtype=np.uint8)
+    n_docs = offsets.shape[0] - 1
+    out_offsets = np.zeros(n_docs + 1, dtype=np.int64)
+    out = np.empty(max(1, (offsets[n_docs] - offsets[0]) // 2 + n_docs), dtype=np.uint32)
+    used = 0
+    for d in range(n_docs):
+        ntok = _tokens(data, offsets[d], offsets[d + 1], word, tok_start, tok_end)
+        if ntok >= min_tokens and ntok > 0:
+            span = min(ngram, ntok)
+            start = used
+            for first in range(ntok - span + 1):
+                out[used] = _shingle_hash(data, tok_start, tok_end, first, span, scratch)
+                used += 1
+            out[start:used] = np.sort(out[start:used])
+            w = start  # drop repeats
+            for r in range(start, used):
+                if r == start or out[r] != out[r - 1]:
+                    out[w] = out[r]
+                    w += 1
+            used = w
+        out_offsets[d + 1] = used
+    return out[:used].copy(), out_offsets
+
+
+@njit(cache=True)
+def jaccard_pairs(hashes: np.ndarray, offsets: np.ndarray, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Exact Jaccard of the shingle sets of documents `left[i]` and `right[i]` (sorted unique hashes)."""
+    out = np.empty(left.shape[0], dtype=np.float64)
+    for i in range(left.shape[0]):
+        a0, a1 = offsets[left[i]], offsets[left[i] + 1]
+        b0, b1 = offsets[right[i]], offsets[right[i] + 1]
+        common = 0
+        while a0 < a1 and b0 < b1:
+            if hashes[a0] == hashes[b0]:
+                common += 1
+                a0 += 1
+                b0 += 1
+            elif hashes[a0] < hashes[b0]:
+                a0 += 1
+            else:
+                b0 += 1
+        union = (offsets[left[i] + 1] - offsets[left[i]]) + (offsets[right[i] + 1] - offsets[right[i]]) - common
+        out[i] = common / union if union else 0.0
+    return out
 
 
 @njit(cache=True, inline="always")
@@ -276,3 +347,14 @@ def band_keys(sig: np.ndarray, bands: int, rows: int) -> np.ndarray:
     keys = np.empty((sig.shape[0], bands), dtype=np.uint64)
     _band_keys(sig, bands, rows, keys)
     return keys
+
+
+def shingle_hashes(
+    texts: pa.Array | pa.ChunkedArray, *, ngram: int, min_tokens: int, lowercase: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each text's shingles as sorted unique xxh32 values: (values, offsets), text i owning
+    `values[offsets[i]:offsets[i + 1]]` (empty for a text without shingles)."""
+    if lowercase:
+        texts = pc.utf8_lower(texts)
+    data, offsets = _utf8_buffers(texts)
+    return _shingle_hashes(data, offsets, word_table(), ngram, min_tokens)
