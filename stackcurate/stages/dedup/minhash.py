@@ -215,7 +215,6 @@ def _signatures(
     tok_start = np.empty(longest + 1, dtype=np.int64)
     tok_end = np.empty(longest + 1, dtype=np.int64)
     scratch = np.empty(longest + ngram + 1, dtype=np.uint8)
-    phv = np.empty(num_perm, dtype=np.uint32)
     for d in range(offsets.shape[0] - 1):
         ntok = _tokens(data, offsets[d], offsets[d + 1], word, tok_start, tok_end)
         row = sig[d]
@@ -227,11 +226,8 @@ def _signatures(
         span = min(ngram, ntok)
         for first in range(ntok - span + 1):
             x = np.uint32(_fmix32(_shingle_hash(data, tok_start, tok_end, first, span, scratch)))
-            for p in range(num_perm):
-                phv[p] = a[p] * x + b[p]  # uint32 arithmetic wraps: mod 2^32, as datasketch
-            for p in range(num_perm):
-                if phv[p] < row[p]:
-                    row[p] = phv[p]
+            for p in range(num_perm):  # uint32 arithmetic wraps: mod 2^32, as datasketch
+                row[p] = min(row[p], np.uint32(a[p] * x + b[p]))
 
 
 @njit(cache=True)
