@@ -65,6 +65,7 @@ def run_ours(records: Path, out: Path, extra: list[str], rows_per_partition: int
         "peak_rss_mib": measured.peak_rss_mib,
         "peak_pss_mib": measured.peak_pss_mib,
         "peak_process_rss_mib": measured.peak_process_rss_mib,
+        "peak_worker_rss_mib": measured.peak_worker_rss_mib,
         "version": "stackcurate " + " ".join(extra or ["(defaults)"]),
     }
 
@@ -114,7 +115,7 @@ def table_rows(results: dict[str, Any]) -> list[str]:
     for name, r in results["tools"].items():
         rows.append(
             f"| {results['scale']} | {name} | {r['seconds']:.1f} | {r['peak_rss_mib']:.0f} | "
-            f"{r.get('peak_process_rss_mib', float('nan')):.0f} | {r['removed']:,} | "
+            f"{r.get('peak_worker_rss_mib', float('nan')):.0f} | {r['removed']:,} | "
             f"{100 * r['pairs_both_kept']:.2f}% | {100 * r['removed_without_neighbour']:.2f}% |"
         )
     return rows

@@ -163,7 +163,8 @@ class Measured:
     seconds: float
     peak_rss_mib: float
     peak_pss_mib: float
-    peak_process_rss_mib: float = 0.0  # the largest single process (e.g. one worker)
+    peak_process_rss_mib: float = 0.0  # the largest single process
+    peak_worker_rss_mib: float = 0.0  # the largest Ray worker process (named `ray::<task>`), if any
 
 
 def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None) -> Measured:
@@ -175,7 +176,7 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | 
     """
     import psutil
 
-    peak_rss = peak_pss = peak_process = 0
+    peak_rss = peak_pss = peak_process = peak_worker = 0
     with log.open("wb") as out:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -194,6 +195,11 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | 
                 rss += memory.rss
                 pss += memory.pss
                 peak_process = max(peak_process, memory.rss)
+                try:
+                    if process.name().startswith("ray::"):
+                        peak_worker = max(peak_worker, memory.rss)
+                except psutil.Error:
+                    pass
             peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
             try:
                 proc.wait(timeout=POLL_SECONDS)
@@ -201,7 +207,7 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | 
             except subprocess.TimeoutExpired:
                 continue
         seconds = time.perf_counter() - started
-    return Measured(proc.returncode, seconds, peak_rss / MIB, peak_pss / MIB, peak_process / MIB)
+    return Measured(proc.returncode, seconds, peak_rss / MIB, peak_pss / MIB, peak_process / MIB, peak_worker / MIB)
 
 
 def _check(measured: Measured, tool: str, log: Path) -> None:

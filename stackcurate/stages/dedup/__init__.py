@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stackcurate.core import io
-from stackcurate.core.config import option, to_dict
+from stackcurate.core.config import dump_yaml, option, to_dict
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import STATS_SCHEMA, with_reason
 from stackcurate.core.stage import (
@@ -598,7 +598,7 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
     _phase(ctx, plan, "member", member_task, [(plan, step, p) for p in range(partitions)])
     run_id = ctx.run_id
     _phase(ctx, plan, "cluster", cluster_task, [(plan, p, run_id) for p in range(partitions)])
-    out.finish(json.dumps({"stage": CLUSTERS_STAGE, "input": ctx.input_uri, "config": settings}, indent=1))
+    out.finish(dump_yaml({"stage": CLUSTERS_STAGE, "input": ctx.input_uri, "config": settings}))
     _remove_dir(plan.work())
     return result
 
