@@ -226,8 +226,12 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
     keys_out = graph.PartitionedWriter(fs, plan.work("keys"), index, KEY_SCHEMA, plan.partitions)
     meta_out = graph.PartitionedWriter(fs, plan.work("meta"), index, META_SCHEMA, plan.partitions)
     sinks = [keys_out, meta_out]
-    if cfg.verify:
-        shingles_out = graph.PartitionedWriter(fs, plan.work("shingles"), index, SHINGLE_SCHEMA, plan.partitions)
+    shingles_out = (
+        graph.PartitionedWriter(fs, plan.work("shingles"), index, SHINGLE_SCHEMA, plan.partitions)
+        if cfg.verify
+        else None
+    )
+    if shingles_out is not None:
         sinks.append(shingles_out)
     bands, rows = cfg.band_layout()
     docs = signed = 0
@@ -262,7 +266,7 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
                 (key_col % np.uint64(plan.partitions)).astype(np.int64),
             )
             meta_out.write(_meta(table, index, exact), graph.partition_of(doc_ids, plan.partitions))
-            if cfg.verify:
+            if shingles_out is not None:
                 values, offsets = minhash.shingle_hashes(
                     table.column("content"), ngram=cfg.ngram, min_tokens=cfg.min_tokens, lowercase=cfg.lowercase
                 )
@@ -456,14 +460,14 @@ def cluster_task(plan: _Plan, part: int, run_id: str) -> dict[str, Any]:
         exact = members.column("exact").to_numpy()
         is_kept = np.arange(len(cid)) == first
         same = exact == exact[first]
-        reason = np.where(is_kept, None, np.where(same, REASONS[0], REASONS[1]))
+        reason = [None if k else REASONS[0] if e else REASONS[1] for k, e in zip(is_kept, same, strict=True)]
         clusters = pa.table(
             {
                 "doc_id": doc,
                 "cluster_id": cid,
                 "cluster_size": np.repeat(sizes, sizes),
                 "kept_doc_id": doc[first],
-                "reason": pa.array(reason.tolist(), pa.string()),
+                "reason": pa.array(reason, pa.string()),
                 "shard": members.column("shard"),
                 "language": members.column("language"),
                 "length_bytes": members.column("length_bytes"),
@@ -487,7 +491,7 @@ def cluster_task(plan: _Plan, part: int, run_id: str) -> dict[str, Any]:
         "seconds": 0.0,
     }
     io.write_bytes_atomic(fs, out.path("_shards", part, ".json"), json.dumps(summary).encode())
-    return {"clusters": int(pc.sum(pc.is_null(clusters.column("reason"))).as_py() or 0)}
+    return {"clusters": clusters.num_rows - clusters.column("reason").null_count if clusters.num_rows else 0}
 
 
 def _cluster_stats(clusters: pa.Table, run_id: str, part: int) -> pa.Table:
@@ -626,19 +630,18 @@ class DedupStage:
             if files
             else CLUSTER_SCHEMA.empty_table()
         )
-        decided = decided.filter(pc.is_valid(decided.column("reason")))
+        decided = decided.filter(pc.is_valid(decided.column("reason")))  # pyright: ignore[reportAttributeAccessIssue]
+        decided = decided.sort_by("doc_id")
         ids = decided.column("doc_id").to_numpy()
-        order = np.argsort(ids, kind="stable")
-        ids = ids[order]
-        kept = decided.column("kept_doc_id").to_numpy()[order]
-        reasons = np.array(decided.column("reason").to_pylist(), dtype=object)[order]
+        kept = decided.column("kept_doc_id").to_numpy()
+        reasons = decided.column("reason").to_pylist()
         for table in read_records(shard, self.cfg.batch_rows):
             doc = table.column("doc_id").to_numpy()
-            pos = np.clip(np.searchsorted(ids, doc), 0, max(len(ids) - 1, 0))
-            hit = (ids[pos] == doc) if len(ids) else np.zeros(len(doc), dtype=np.bool_)
+            pos = np.minimum(np.searchsorted(ids, doc), max(len(ids) - 1, 0))
+            hit = ids[pos] == doc if len(ids) else np.zeros(len(doc), dtype=np.bool_)
             yield table.append_column(
-                "_reason", pa.array(np.where(hit, reasons[pos] if len(ids) else None, None).tolist(), pa.string())
-            ).append_column("_duplicate_of", pa.array(np.where(hit, kept[pos] if len(ids) else 0, 0), pa.int64()))
+                "_reason", pa.array([reasons[p] if h else None for p, h in zip(pos, hit, strict=True)], pa.string())
+            ).append_column("_duplicate_of", pa.array(kept[pos] if len(ids) else np.zeros(len(doc)), pa.int64()))
 
     def output_schema(self, shard: Shard) -> pa.Schema:
         return records_schema(shard)
@@ -648,7 +651,7 @@ class DedupStage:
 
     def __call__(self, table: pa.Table) -> StageOutput:
         reason = table.column("_reason")
-        drop = pc.is_valid(reason)
+        drop = pc.is_valid(reason)  # pyright: ignore[reportAttributeAccessIssue]
         data = table.drop_columns(["_reason", "_duplicate_of"])
         removed = data.filter(drop)
         removed = (

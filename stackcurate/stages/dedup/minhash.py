@@ -77,12 +77,12 @@ def optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
 
 
 @njit(cache=True, inline="always")
-def _rotl(x: int, r: int) -> int:
+def _rotl(x: np.uint64, r: int) -> np.uint64:
     return ((x << np.uint64(r)) | (x >> np.uint64(32 - r))) & np.uint64(0xFFFFFFFF)
 
 
 @njit(cache=True, inline="always")
-def _read32(buf: np.ndarray, i: int) -> int:
+def _read32(buf: np.ndarray, i: int) -> np.uint64:
     return (
         np.uint64(buf[i])
         | (np.uint64(buf[i + 1]) << np.uint64(8))
@@ -92,7 +92,7 @@ def _read32(buf: np.ndarray, i: int) -> int:
 
 
 @njit(cache=True)
-def xxh32(buf: np.ndarray, n: int) -> int:
+def xxh32(buf: np.ndarray, n: int) -> np.uint64:
     """xxHash32 with seed 0 of `buf[:n]` (all arithmetic in uint64, masked to 32 bits)."""
     m = np.uint64(0xFFFFFFFF)
     p1, p2, p3, p4, p5 = np.uint64(_P1), np.uint64(_P2), np.uint64(_P3), np.uint64(_P4), np.uint64(_P5)
@@ -127,7 +127,7 @@ def xxh32(buf: np.ndarray, n: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def _fmix32(h: int) -> int:
+def _fmix32(h: np.uint64) -> np.uint64:
     m = np.uint64(0xFFFFFFFF)
     h ^= h >> np.uint64(16)
     h = (h * np.uint64(0x85EBCA6B)) & m
@@ -177,7 +177,7 @@ def _tokens(data: np.ndarray, lo: int, hi: int, word: np.ndarray, tok_start: np.
 @njit(cache=True)
 def _shingle_hash(
     data: np.ndarray, tok_start: np.ndarray, tok_end: np.ndarray, first: int, span: int, scratch: np.ndarray
-) -> int:
+) -> np.uint64:
     """xxh32 of tokens `[first, first + span)` joined by single spaces."""
     k = 0
     for t in range(first, first + span):
@@ -284,7 +284,7 @@ def jaccard_pairs(hashes: np.ndarray, offsets: np.ndarray, left: np.ndarray, rig
 
 
 @njit(cache=True, inline="always")
-def _splitmix64(x: int) -> int:
+def _splitmix64(x: np.uint64) -> np.uint64:
     x = x + np.uint64(0x9E3779B97F4A7C15)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -326,7 +326,7 @@ def signatures(
 ) -> tuple[np.ndarray, np.ndarray]:
     """MinHash signatures (n x num_perm uint32) and whether each text had shingles."""
     if lowercase:
-        texts = pc.utf8_lower(texts)
+        texts = pc.utf8_lower(texts)  # pyright: ignore[reportAttributeAccessIssue]
     data, offsets = _utf8_buffers(texts)
     a, b = permutations(num_perm, seed)
     n = len(offsets) - 1
@@ -351,6 +351,6 @@ def shingle_hashes(
     """Each text's shingles as sorted unique xxh32 values: (values, offsets), text i owning
     `values[offsets[i]:offsets[i + 1]]` (empty for a text without shingles)."""
     if lowercase:
-        texts = pc.utf8_lower(texts)
+        texts = pc.utf8_lower(texts)  # pyright: ignore[reportAttributeAccessIssue]
     data, offsets = _utf8_buffers(texts)
     return _shingle_hashes(data, offsets, word_table(), ngram, min_tokens)
