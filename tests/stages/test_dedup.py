@@ -125,8 +125,14 @@ def components_by_partitions(tmp_path: Path, x: np.ndarray, y: np.ndarray, parti
     step, previous = 0, None
     while True:
         sums = [
-            graph.star_step(fs, f"{root}/{step:03d}", f"{root}/{step + 1:03d}", p, partitions,
-                            "large" if step % 2 == 0 else "small")
+            graph.star_step(
+                fs,
+                f"{root}/{step:03d}",
+                f"{root}/{step + 1:03d}",
+                p,
+                partitions,
+                "large" if step % 2 == 0 else "small",
+            )
             for p in range(partitions)
         ]
         total = (sum(c for c, _ in sums), sum(s for _, s in sums) % 2**64)
@@ -172,13 +178,19 @@ def test_components_equal_scipy_labelled_by_smallest_node(tmp_path, partitions, 
 # ---- the stage, end to end --------------------------------------------------------------------------------
 
 
-def run_dedup(tmp_path: Path, tables: list[pa.Table], runner: str = "local", workers: int | None = None,
-              **settings: object) -> dict[str, pa.Table]:
+def run_dedup(
+    tmp_path: Path, tables: list[pa.Table], runner: str = "local", workers: int | None = None, **settings: object
+) -> dict[str, pa.Table]:
     records = write_records(tmp_path / "in", tables)
     cfg = build_config(DedupConfig, settings)
     out = str(tmp_path / "out")
-    run_stage(get_stage("dedup"), cfg, out, RunOptions(runner=runner, workers=workers, progress=False),
-              input_uri=str(records))
+    run_stage(
+        get_stage("dedup"),
+        cfg,
+        out,
+        RunOptions(runner=runner, workers=workers, progress=False),
+        input_uri=str(records),
+    )
     return {
         name: pa.concat_tables([pq.read_table(f) for f in sorted((tmp_path / "out" / sub).glob("*.parquet"))])
         for name, sub in (("kept", "dedup"), ("removed", "dedup/removed"), ("clusters", "dedup_clusters"))
@@ -237,11 +249,17 @@ def test_exact_near_distinct_and_chain(tmp_path, family):
         6: ("near_duplicate", 5),
         7: ("near_duplicate", 5),
     }
-    clusters = {r["doc_id"]: (r["cluster_id"], r["cluster_size"], r["kept_doc_id"]) for r in
-                got["clusters"].to_pylist()}
+    clusters = {
+        r["doc_id"]: (r["cluster_id"], r["cluster_size"], r["kept_doc_id"]) for r in got["clusters"].to_pylist()
+    }
     assert clusters == {
-        0: (0, 4, 0), 1: (0, 4, 0), 2: (0, 4, 0), 8: (0, 4, 0),
-        5: (5, 3, 5), 6: (5, 3, 5), 7: (5, 3, 5),
+        0: (0, 4, 0),
+        1: (0, 4, 0),
+        2: (0, 4, 0),
+        8: (0, 4, 0),
+        5: (5, 3, 5),
+        6: (5, 3, 5),
+        7: (5, 3, 5),
     }
 
 
@@ -274,9 +292,20 @@ def keeper_table(order: list[int], content: str) -> pa.Table:
     rows = []
     for doc_id in order:
         lic, stars, forks, rev, visit = KEEPER_ORDER[doc_id]
-        rows.append({"doc_id": doc_id, "path": f"/f{doc_id}.py", "content": content, "language": "Python",
-                     "license_type": lic, "star_events_count": stars, "fork_events_count": forks,
-                     "revision_date": rev, "visit_date": visit, "length_bytes": len(content)})
+        rows.append(
+            {
+                "doc_id": doc_id,
+                "path": f"/f{doc_id}.py",
+                "content": content,
+                "language": "Python",
+                "license_type": lic,
+                "star_events_count": stars,
+                "fork_events_count": forks,
+                "revision_date": rev,
+                "visit_date": visit,
+                "length_bytes": len(content),
+            }
+        )
     table = make_table([("/x", "")] * len(rows))
     return pa.Table.from_pylist(rows, schema=table.schema)
 
@@ -302,9 +331,7 @@ def corpus_tables(family: dict[str, str], seed: int) -> list[pa.Table]:
     ids = list(range(len(contents)))
     rng.shuffle(ids)  # the same documents (same doc_ids) in another order and another split into files
     cut = rng.randrange(5, len(ids) - 5)
-    return [
-        pa.concat_tables([files_table([contents[i]], start=i) for i in part]) for part in (ids[:cut], ids[cut:])
-    ]
+    return [pa.concat_tables([files_table([contents[i]], start=i) for i in part]) for part in (ids[:cut], ids[cut:])]
 
 
 def decisions(got: dict[str, pa.Table]) -> tuple[list, list, list]:
@@ -345,9 +372,16 @@ def test_interrupted_clustering_resumes_to_the_same_result(tmp_path, family, mon
     with pytest.raises(KeyboardInterrupt):
         run_dedup(tmp_path / "crash", corpus_tables(family, 0), rows_per_partition=10)
     monkeypatch.setattr(dedup_module, "cluster_task", real)
-    done = sorted((tmp_path / "crash" / "out" / "dedup_clusters" / "_work" / "_done" / "signature").iterdir())
-    assert len(done) == 2  # finished phases are kept, not redone
+    done = tmp_path / "crash" / "out" / "dedup_clusters" / "_work" / "_done"
+    assert len(list((done / "signature").iterdir())) == 2  # finished phases are kept, not redone
+    assert len(list((done / "cluster").iterdir())) == 1  # and so is the finished task of the interrupted one
+    calls.clear()
+    monkeypatch.setattr(dedup_module, "cluster_task", crash_once)
+    calls.append(-1)  # no crash this time (the crash is on the second call overall)
+    calls.append(-2)
     assert decisions(run_dedup(tmp_path / "crash", corpus_tables(family, 0), rows_per_partition=10)) == clean
+    partitions = len(list((tmp_path / "crash" / "out" / "dedup_clusters").glob("*.parquet")))
+    assert len(calls) - 2 == partitions - 1  # only the unfinished cluster tasks ran again
 
 
 def test_bad_settings_are_one_line_errors():

@@ -527,23 +527,23 @@ def _cluster_stats(clusters: pa.Table, run_id: str, part: int) -> pa.Table:
 # ---- orchestration ---------------------------------------------------------------------------------------
 
 
+def _marked(marker: str, fn: Any, *args: Any) -> Any:
+    """Run one task and commit its result as a marker, so a rerun skips it."""
+    result = fn(*args)
+    fs, path = io.filesystem(marker)
+    io.write_bytes_atomic(fs, path, json.dumps(result).encode())
+    return result
+
+
 def _phase(ctx: TaskContext, plan: _Plan, name: str, fn: Any, items: list[tuple[Any, ...]]) -> list[Any]:
     """Run the items of one phase that have no marker yet; return every item's result, in order."""
     fs, _ = io.filesystem(plan.root)
     marker_dir = plan.work("_done", name)
     fs.create_dir(marker_dir, recursive=True)
-    results: list[Any] = [None] * len(items)
-    todo = []
-    for i in range(len(items)):
-        marker = io.join(marker_dir, f"{i:05d}.json")
-        if io.exists(fs, marker):
-            results[i] = json.loads(io.read_text(fs, marker))
-        else:
-            todo.append(i)
-    for i, result in zip(todo, ctx.map(fn, [items[i] for i in todo], f"dedup {name}"), strict=True):
-        io.write_bytes_atomic(fs, io.join(marker_dir, f"{i:05d}.json"), json.dumps(result).encode())
-        results[i] = result
-    return results
+    markers = [io.join(marker_dir, f"{i:05d}.json") for i in range(len(items))]
+    todo = [i for i, m in enumerate(markers) if not io.exists(fs, m)]
+    ctx.map(_marked, [(markers[i], fn, *items[i]) for i in todo], f"dedup {name}")
+    return [json.loads(io.read_text(fs, m)) for m in markers]
 
 
 def _remove_dir(uri: str) -> None:
