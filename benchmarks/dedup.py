@@ -13,7 +13,7 @@ Quality is measured against a ground truth built here (`dedup_truth.py`): exact 
 shingles, of every pair a far more sensitive LSH proposes. Reported: the share of true pairs (>= 0.7) with
 both ends kept, and the share of removed files with no neighbour at Jaccard >= 0.5.
 
-    python benchmarks/dedup.py [--scales 0.5 1.0] [--no-peers] [--rows-per-partition 40000]
+    python benchmarks/dedup.py [--scales 0.5 1.0] [--peer-scales 0.5] [--rows-per-partition 40000]
 
 Writes benchmarks/results/dedup_<scale>.json and prints a Markdown table.
 """
@@ -124,7 +124,7 @@ def table_rows(results: dict[str, Any]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scales", type=float, nargs="+", default=[0.5, 1.0])
-    parser.add_argument("--no-peers", dest="peers", action="store_false")
+    parser.add_argument("--peer-scales", type=float, nargs="*", default=[0.5], help="scales the peers also run")
     parser.add_argument("--rows-per-partition", type=int, default=40_000)
     parser.add_argument("--work", default=str(ROOT / "work" / "bench_dedup"))
     args = parser.parse_args()
@@ -134,7 +134,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for scale in args.scales:
-        results = bench_scale(scale, Path(args.work), args.peers, args.rows_per_partition)
+        results = bench_scale(scale, Path(args.work), scale in args.peer_scales, args.rows_per_partition)
         out = ROOT / "benchmarks" / "results" / f"dedup_{scale}.json"
         out.write_text(json.dumps(results, indent=1, default=str))
         print(f"<!-- {results['docs']:,} docs, {results['mb']} MB, {results['projects']} project versions -->")
