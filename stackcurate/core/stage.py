@@ -309,6 +309,7 @@ def run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[st
         "seconds": round(seconds, 3),
     }
     io.write_bytes_atomic(out.fs, out.path("_shards", shard, ".json"), json.dumps(summary).encode())
+    pa.default_memory_pool().release_unused()  # a long-lived worker hands back what this shard freed
     return summary
 
 

@@ -58,9 +58,6 @@ _EXACT_SALT = np.uint64(0xD1B54A32D192ED03)  # keeps exact keys apart from band 
 
 KEY_SCHEMA = pa.schema([pa.field("key", pa.uint64()), pa.field("doc_id", pa.int64())])
 SHINGLE_SCHEMA = pa.schema([pa.field("doc_id", pa.int64()), pa.field("hashes", pa.large_list(pa.uint32()))])
-PAIR_SCHEMA = pa.schema(
-    [pa.field("u", pa.int64()), pa.field("v", pa.int64()), pa.field("hashes", pa.large_list(pa.uint32()))]
-)
 META_SCHEMA = pa.schema(
     [
         pa.field("doc_id", pa.int64()),
@@ -303,15 +300,7 @@ def bucket_task(plan: _Plan, part: int) -> dict[str, Any]:
             fs, plan.work("pairs"), part, pairs, graph.partition_of(x, plan.partitions), plan.partitions
         )
         return {"edges": len(x)}
-    edges = graph.both_directions(x, y)
-    graph.write_partitioned(
-        fs,
-        plan.work("cc", "000"),
-        part,
-        edges,
-        graph.partition_of(edges.column("u").to_numpy(), plan.partitions),
-        plan.partitions,
-    )
+    graph.write_edges(fs, plan.work("cc", "000"), part, x, y, plan.partitions)
     return {"edges": len(x)}
 
 
@@ -327,24 +316,37 @@ def _lookup(shingles: pa.Table | None, ids: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def attach_task(plan: _Plan, part: int) -> dict[str, Any]:
-    """Verification, first hop: attach the shingles of each pair's first document, send it to the second's."""
+    """Verification, first hop: send each pair to its second document's partition, with the shingles of its
+    first document (once per destination, not once per pair: a bucket's first document is in many pairs)."""
     fs, _ = io.filesystem(plan.root)
     pairs = graph.read_partition(fs, plan.work("pairs"), part)
     shingles = graph.read_partition(fs, plan.work("shingles"), part)
     u = pairs.column("u").to_numpy() if pairs is not None else np.zeros(0, dtype=np.int64)
     v = pairs.column("v").to_numpy() if pairs is not None else np.zeros(0, dtype=np.int64)
-    rows, _ = _lookup(shingles, u)
-    found = rows >= 0
-    hashes = (
-        shingles.column("hashes").take(pa.array(rows[found]))
-        if shingles is not None
-        else pa.chunked_array([], pa.large_list(pa.uint32()))
-    )
-    table = pa.table({"u": u[found], "v": v[found], "hashes": hashes}, schema=PAIR_SCHEMA)
+    dest = graph.partition_of(v, plan.partitions)
     graph.write_partitioned(
-        fs, plan.work("pairs2"), part, table, graph.partition_of(v[found], plan.partitions), plan.partitions
+        fs, plan.work("pairs2"), part, pa.table({"u": u, "v": v}, schema=graph.EDGE_SCHEMA), dest, plan.partitions
     )
-    return {"pairs": int(found.sum())}
+    shipped_u, shipped_dest = graph.unique_edges(u, dest)  # distinct (document, destination)
+    rows, _ = _lookup(shingles, shipped_u)
+    found = rows >= 0
+    table = SHINGLE_SCHEMA.empty_table()
+    if shingles is not None and found.any():
+        table = pa.table(
+            {"doc_id": shipped_u[found], "hashes": shingles.column("hashes").take(pa.array(rows[found]))},
+            schema=SHINGLE_SCHEMA,
+        )
+    graph.write_partitioned(fs, plan.work("shipped"), part, table, shipped_dest[found], plan.partitions)
+    return {"pairs": len(u)}
+
+
+def _concat_lists(first: pa.Table, second: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The `hashes` lists of two tables as one (values, offsets): row i of `second` is list len(first) + i."""
+    a = first.column("hashes").combine_chunks()
+    b = second.column("hashes").combine_chunks()
+    values = np.concatenate([a.values.to_numpy(), b.values.to_numpy()])
+    offsets = np.concatenate([a.offsets.to_numpy(), b.offsets.to_numpy()[1:] + len(a.values)])
+    return values, offsets
 
 
 def verify_task(plan: _Plan, part: int) -> dict[str, Any]:
@@ -354,29 +356,20 @@ def verify_task(plan: _Plan, part: int) -> dict[str, Any]:
     """
     fs, _ = io.filesystem(plan.root)
     pairs = graph.read_partition(fs, plan.work("pairs2"), part)
+    shipped = graph.read_partition(fs, plan.work("shipped"), part)
     shingles = graph.read_partition(fs, plan.work("shingles"), part)
     x = y = np.zeros(0, dtype=np.int64)
-    if pairs is not None and shingles is not None:
+    if pairs is not None and shipped is not None and shingles is not None:
         u, v = pairs.column("u").to_numpy(), pairs.column("v").to_numpy()
-        rows, _ = _lookup(shingles, v)
-        left = pairs.column("hashes").combine_chunks()
-        right = shingles.column("hashes").combine_chunks()
-        values = np.concatenate([left.values.to_numpy(), right.values.to_numpy()])
-        left_off = left.offsets.to_numpy()
-        offsets = np.concatenate([left_off, right.offsets.to_numpy()[1:] + len(left.values)])
-        jac = minhash.jaccard_pairs(values, offsets, np.arange(len(u), dtype=np.int64), len(u) + np.maximum(rows, 0))
-        empty_left = np.diff(left_off) == 0
-        keep = (rows >= 0) & ((jac >= plan.cfg.threshold) | empty_left)
+        left, _ = _lookup(shipped, u)
+        right, _ = _lookup(shingles, v)
+        values, offsets = _concat_lists(shipped, shingles)
+        right_index = shipped.num_rows + np.maximum(right, 0)
+        jac = minhash.jaccard_pairs(values, offsets, np.maximum(left, 0), right_index)
+        empty = offsets[np.maximum(left, 0) + 1] == offsets[np.maximum(left, 0)]
+        keep = (left >= 0) & (right >= 0) & ((jac >= plan.cfg.threshold) | empty)
         x, y = u[keep], v[keep]
-    edges = graph.both_directions(x, y)
-    graph.write_partitioned(
-        fs,
-        plan.work("cc", "000"),
-        part,
-        edges,
-        graph.partition_of(edges.column("u").to_numpy(), plan.partitions),
-        plan.partitions,
-    )
+    graph.write_edges(fs, plan.work("cc", "000"), part, x, y, plan.partitions)
     return {"edges": len(x)}
 
 
@@ -532,6 +525,7 @@ def _marked(marker: str, fn: Any, *args: Any) -> Any:
     result = fn(*args)
     fs, path = io.filesystem(marker)
     io.write_bytes_atomic(fs, path, json.dumps(result).encode())
+    pa.default_memory_pool().release_unused()  # Ray reuses the worker process for the next task
     return result
 
 
@@ -584,7 +578,7 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
     if cfg.verify:
         _phase(ctx, plan, "attach", attach_task, [(plan, p) for p in range(partitions)])
         _phase(ctx, plan, "verify", verify_task, [(plan, p) for p in range(partitions)])
-        for name in ("pairs", "pairs2", "shingles"):
+        for name in ("pairs", "pairs2", "shipped", "shingles"):
             _remove_dir(plan.work(name))
     step, previous = 0, None
     while True:

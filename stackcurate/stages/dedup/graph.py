@@ -149,6 +149,12 @@ def both_directions(x: np.ndarray, y: np.ndarray) -> pa.Table:
     return pa.table({"u": np.concatenate([x, y]), "v": np.concatenate([y, x])}, schema=EDGE_SCHEMA)
 
 
+def write_edges(fs: pafs.FileSystem, root: str, writer: int, x: np.ndarray, y: np.ndarray, partitions: int) -> None:
+    """Write undirected edges {x, y} as (x, y) in x's partition and (y, x) in y's."""
+    table = both_directions(x, y)
+    write_partitioned(fs, root, writer, table, partition_of(table.column("u").to_numpy(), partitions), partitions)
+
+
 def read_edges(fs: pafs.FileSystem, root: str, part: int) -> tuple[np.ndarray, np.ndarray]:
     table = read_partition(fs, root, part)
     if table is None:
@@ -162,8 +168,7 @@ def star_step(fs: pafs.FileSystem, src: str, dst: str, part: int, partitions: in
     of the partition's input edges."""
     u, v = read_edges(fs, src, part)
     x, y = large_star(u, v) if kind == "large" else small_star(u, v)
-    table = both_directions(x, y)
-    write_partitioned(fs, dst, part, table, partition_of(table.column("u").to_numpy(), partitions), partitions)
+    write_edges(fs, dst, part, x, y, partitions)
     return checksum(u, v)
 
 
