@@ -6,6 +6,7 @@ an interrupted run never leaves a half-written shard where a reader (or DuckDB) 
 """
 
 import fnmatch
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,21 @@ from stackcurate.core.errors import StackcurateError
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 PARQUET_COMPRESSION = "zstd"
+
+
+def _use_jemalloc() -> None:
+    """Arrow's default pool (mimalloc) keeps the pages a batch freed, so a long-lived worker's peak memory
+    creeps up with the number of tasks it runs; jemalloc hands them back (measured in benchmarks/README.md,
+    dedup). An explicit ARROW_DEFAULT_MEMORY_POOL wins."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    except (NotImplementedError, pa.ArrowNotImplementedError):  # a pyarrow built without jemalloc
+        pass
+
+
+_use_jemalloc()  # every process that runs stackcurate code imports this module
 
 
 @dataclass(frozen=True, kw_only=True)
