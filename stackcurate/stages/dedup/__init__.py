@@ -425,6 +425,7 @@ def rank_order(members: pa.Table) -> np.ndarray:
     )
 
 
+_CLUSTER_ROW_GROUP = 8192
 _SIZE_BUCKETS = (2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025)
 
 
@@ -469,7 +470,9 @@ def cluster_task(plan: _Plan, part: int, run_id: str) -> dict[str, Any]:
         )
         clusters = clusters.sort_by([("shard", "ascending"), ("doc_id", "ascending")])
     sink = io.AtomicParquetWriter(fs, out.path("data", part), CLUSTER_SCHEMA)
-    sink.write(clusters)
+    # Small row groups sorted by shard: each remove shard reads only the row groups that hold its rows.
+    for batch in clusters.to_batches(max_chunksize=_CLUSTER_ROW_GROUP):
+        sink.write(pa.Table.from_batches([batch], schema=CLUSTER_SCHEMA))
     sink.commit()
     stats = io.AtomicParquetWriter(fs, out.path("stats", part), STATS_SCHEMA)
     stats.write(_cluster_stats(clusters, run_id, part))
