@@ -403,3 +403,9 @@ def test_verify_drops_candidate_pairs_below_the_threshold(tmp_path, family):
     verified = run_dedup(tmp_path / "on", [files_table(contents)], verify=True, rows_per_partition=2, **layout)
     assert sorted(verified["kept"].column("doc_id").to_pylist()) == [0, 1, 3]
     assert verified["removed"].column("reason").to_pylist() == ["exact_duplicate", "exact_duplicate"]
+
+
+def test_repeated_doc_ids_are_refused(tmp_path, family):
+    table = files_table([family["base"], family["other"]])
+    with pytest.raises(StackcurateError, match="doc_id 0 appears more than once"):
+        run_dedup(tmp_path, [table, table])

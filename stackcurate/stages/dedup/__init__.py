@@ -387,6 +387,14 @@ def member_task(plan: _Plan, step: int, part: int) -> dict[str, Any]:
     fs, _ = io.filesystem(plan.root)
     nodes, label = graph.labels(*graph.read_edges(fs, plan.work("cc", f"{step:03d}"), part))
     meta = graph.read_partition(fs, plan.work("meta"), part)
+    if meta is not None:  # equal doc_ids hash to the same partition, so each is checked here
+        ids = np.sort(meta.column("doc_id").to_numpy())
+        repeated = ids[1:][ids[1:] == ids[:-1]]
+        if len(repeated):
+            raise StackcurateError(
+                f"doc_id {repeated[0]} appears more than once in the input; dedup needs the unique doc_ids "
+                "that `stackcurate ingest` assigns"
+            )
     if meta is None or len(nodes) == 0:
         members = MEMBER_SCHEMA.empty_table()
     else:
