@@ -23,28 +23,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
+from stackcurate.core.text import ALPHA, NUMERIC, as_texts, unicode_classes, utf8_buffers
+
 _P1, _P2, _P3, _P4, _P5 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F, 0x165667B1
-_M32 = 0xFFFFFFFF
-EMPTY = np.uint32(_M32)  # the value of every signature slot of a text without shingles
-
-
-def _word_table() -> np.ndarray:
-    """True for the code points Python's re module counts as `\\w`."""
-    table = np.zeros(0x110000, dtype=np.bool_)
-    for cp in range(0x110000):
-        if chr(cp).isalnum():
-            table[cp] = True
-    table[ord("_")] = True
-    return table
 
 
 _WORD: np.ndarray | None = None
 
 
 def word_table() -> np.ndarray:
-    global _WORD  # noqa: PLW0603 - built once per process (about 0.2 s), then shared by every batch
+    """True for the code points Python's re module counts as `\\w`: str.isalnum() or `_`."""
+    global _WORD  # noqa: PLW0603 - derived once per process from the shared character classes
     if _WORD is None:
-        _WORD = _word_table()
+        _WORD = (unicode_classes() & (ALPHA | NUMERIC)) != 0
+        _WORD[ord("_")] = True
     return _WORD
 
 
@@ -310,24 +302,13 @@ def mix64(values: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def _utf8_buffers(texts: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """The UTF-8 bytes and int64 offsets of a string column (nulls become empty texts)."""
-    arr = pc.fill_null(texts, "")
-    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
-    arr = arr.cast(pa.large_string())
-    _, offsets_buf, data_buf = arr.buffers()
-    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]  # type: ignore[arg-type]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(1, np.uint8)  # type: ignore[arg-type]
-    return data, offsets
-
-
 def signatures(
     texts: pa.Array | pa.ChunkedArray, *, num_perm: int, seed: int, ngram: int, min_tokens: int, lowercase: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """MinHash signatures (n x num_perm uint32) and whether each text had shingles."""
     if lowercase:
         texts = pc.utf8_lower(texts)  # pyright: ignore[reportAttributeAccessIssue]
-    data, offsets = _utf8_buffers(texts)
+    data, offsets = utf8_buffers(as_texts(texts))
     a, b = permutations(num_perm, seed)
     n = len(offsets) - 1
     sig = np.empty((n, num_perm), dtype=np.uint32)
@@ -352,5 +333,5 @@ def shingle_hashes(
     `values[offsets[i]:offsets[i + 1]]` (empty for a text without shingles)."""
     if lowercase:
         texts = pc.utf8_lower(texts)  # pyright: ignore[reportAttributeAccessIssue]
-    data, offsets = _utf8_buffers(texts)
+    data, offsets = utf8_buffers(as_texts(texts))
     return _shingle_hashes(data, offsets, word_table(), ngram, min_tokens)

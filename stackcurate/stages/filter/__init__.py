@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
+from stackcurate.core.text import as_texts
 from stackcurate.stages.filter import notebooks, scores
 from stackcurate.stages.filter.rules import RuleSet, applies, decide, load_rule_set, table_score
 
@@ -106,7 +107,7 @@ class FilterStage:
         scripts = table.column("notebook_script") if self.cfg.notebooks else None
         if scripts is not None and scripts.null_count < len(scripts):  # (coalesce copies every text)
             text = pc.coalesce(scripts, text)
-        text = scores.as_texts(text)  # one contiguous array for every scorer (they would each copy it)
+        text = as_texts(text)  # one contiguous array for every scorer (they would each copy it)
         languages = np.array(pc.fill_null(table.column("language"), "").to_pylist(), dtype=object)
         extensions = np.array(
             [(e or "").lower().lstrip(".") for e in table.column("extension").to_pylist()], dtype=object

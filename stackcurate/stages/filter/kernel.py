@@ -18,6 +18,8 @@ Semantics match the published Python definitions:
 import numpy as np
 from numba import njit
 
+from stackcurate.core.text import unicode_classes
+
 # Per-byte flags for the ASCII range, and Python's own str.isalpha / str.isalnum for every code point, so the
 # pass reproduces those methods exactly for any text (the tables cost ~1 s to build once per process).
 _B64, _LETTER, _DIGIT, _BREAK, _HEXRUN, _HEXDIGIT, _SEP = 1, 2, 4, 8, 16, 32, 64
@@ -63,29 +65,7 @@ _HEX_HIGH = np.array(
 )
 
 
-def _unicode_tables() -> np.ndarray:
-    """uint8 flags per code point, from Python itself: 1 = str.isalpha, 2 = str.isalnum but not alpha
-    (digits, numerals), 4 = str.isspace. Cached on disk: building it takes about a second."""
-    import os
-
-    path = os.path.join(os.path.dirname(__file__), "__pycache__", "unicode_classes_v2.npy")
-    try:
-        return np.load(path)
-    except (OSError, ValueError):
-        pass
-    table = np.zeros(0x110000, dtype=np.uint8)
-    for code in range(0x110000):
-        ch = chr(code)
-        table[code] = (1 if ch.isalpha() else 2 if ch.isalnum() else 0) | (4 if ch.isspace() else 0)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        np.save(path, table)
-    except OSError:
-        pass  # read-only install: rebuild next time
-    return table
-
-
-_UNICODE = _unicode_tables()
+_UNICODE = unicode_classes()
 
 
 _ONES = np.uint64(0x0101010101010101)

@@ -18,32 +18,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from stackcurate.core.text import as_texts, utf8_buffers
 from stackcurate.stages.filter import kernel
 
 # The published encoded-data patterns the compiled kernel measures itself (others go through RE2).
 KERNEL_PATTERNS = {r"[a-zA-Z0-9+/\n=]{64,}": "b64", r"(?:\\u[0-9a-fA-F]{4}){8,}": "escape"}
 
 
-def as_texts(texts: pa.Array | pa.ChunkedArray) -> pa.LargeStringArray:
-    """Texts as one contiguous large_string array without nulls (a no-op when they already are)."""
-    if isinstance(texts, pa.ChunkedArray):
-        texts = texts.combine_chunks()
-    if texts.type != pa.large_string():
-        texts = texts.cast(pa.large_string())
-    return texts.fill_null("") if texts.null_count else texts
-
-
-def _buffers(texts: pa.LargeStringArray) -> tuple[np.ndarray, np.ndarray]:
-    """(UTF-8 bytes, offsets) of a batch, without copying them."""
-    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
-    buffer = texts.buffers()[2]
-    data = np.frombuffer(buffer, dtype=np.uint8) if buffer is not None else np.zeros(0, np.uint8)
-    return data, offsets
-
-
 def text_stats(texts: pa.Array) -> np.ndarray:
     """The compiled per-document pass (kernel.COLUMNS) over a batch's UTF-8 bytes, without copying them."""
-    return kernel.text_stats(*_buffers(as_texts(texts)))
+    return kernel.text_stats(*utf8_buffers(as_texts(texts)))
 
 
 def _column(stats: np.ndarray, name: str) -> np.ndarray:
@@ -113,7 +97,7 @@ def score_encoded(
         elif pattern == kernel.HEX_PATTERN:
             stats = text_stats(texts) if stats is None else stats
             docs = np.nonzero(stats[:, kernel.COLUMNS.index("hex_candidate")])[0]
-            found = kernel.hex_matches(*_buffers(texts), docs)
+            found = kernel.hex_matches(*utf8_buffers(texts), docs)
         else:
             docs = np.arange(n)
             found = _python_matches(texts, pattern, docs)
@@ -125,7 +109,7 @@ def score_encoded(
     # Files matched by several patterns: the exact union of the spans replaces the summed coverage.
     several = np.nonzero(patterns_hit > 1)[0]
     if len(several) and set(patterns) <= {*KERNEL_PATTERNS, kernel.HEX_PATTERN}:
-        covered[several] = kernel.encoded_union(*_buffers(texts), several)
+        covered[several] = kernel.encoded_union(*utf8_buffers(texts), several)
         several = several[:0]
     compiled = [re.compile(p) for p in patterns]
     for i in several:
@@ -149,7 +133,7 @@ def score_autogen_phrase(texts: pa.Array, phrases: Sequence[str], first_lines: i
     texts = as_texts(texts)
     lowered = [p.lower() for p in phrases]
     if all(p.isascii() for p in lowered):
-        decided = kernel.head_phrases(*_buffers(texts), lowered, first_lines).astype(np.float64)
+        decided = kernel.head_phrases(*utf8_buffers(texts), lowered, first_lines).astype(np.float64)
     else:
         decided = np.full(len(texts), 2.0)
     for i in np.nonzero(decided == 2)[0]:
