@@ -96,9 +96,6 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
     spec.build(cfg)  # check the config and its files here, as one-line errors, before any worker starts
     shards = spec.plan(cfg, input_uri)
     stage_dir = StageDir(out, spec.name)
-    run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
-    if spec.prepare is not None and not opts.dry_run:
-        cfg = spec.prepare(cfg, TaskContext(out, input_uri, opts.overwrite, run_id, partial(_map_tasks, opts)))
     if opts.dry_run:
         kinds: dict[str, int] = {}
         for s in shards:
@@ -109,6 +106,10 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
             0,
             plan=[f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {stage_dir.uri}"],
         )
+    run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    if spec.prepare is not None:
+        ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, partial(_map_tasks, opts))
+        cfg = spec.prepare(cfg, ctx)
     config = to_dict(cfg)
     done = stage_dir.prepare(plan_fingerprint(spec.name, config, shards), overwrite=opts.overwrite)
     pending = [s for s in shards if s.index not in done]

@@ -31,7 +31,7 @@ def _use_jemalloc() -> None:
         return
     try:
         pa.set_memory_pool(pa.jemalloc_memory_pool())
-    except (NotImplementedError, pa.ArrowNotImplementedError):  # a pyarrow built without jemalloc
+    except NotImplementedError:  # a pyarrow built without jemalloc (ArrowNotImplementedError is one)
         pass
 
 

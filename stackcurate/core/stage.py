@@ -81,7 +81,8 @@ class Stage(Protocol):
         ...
 
     def output_schema(self, shard: Shard) -> pa.Schema:
-        """Schema of the kept rows (removed rows add `reason` and `detail`)."""
+        """Schema of the kept rows (removed rows add `reason` and `detail`; a stage that gives them more
+        columns also defines `removed_schema(output_schema) -> pa.Schema`, as dedup does)."""
         ...
 
     def __call__(self, table: pa.Table) -> StageOutput:
@@ -99,6 +100,7 @@ class TaskContext:
     Attributes:
         out: The run's output folder.
         input_uri: The stage's input folder.
+        shards: The stage's plan (its shards over the input).
         overwrite: Replace earlier output of a different input or config.
         run_id: Identifies this run in stats rows.
         map: Runs `fn(*item)` for every item on the chosen runner and returns the results in order;
@@ -107,6 +109,7 @@ class TaskContext:
 
     out: str
     input_uri: str | None
+    shards: list[Shard]
     overwrite: bool
     run_id: str
     map: Callable[[Callable[..., Any], list[tuple[Any, ...]], str], list[Any]]
@@ -152,13 +155,21 @@ class StageDir:
         markers = io.expand(self.fs, io.join(self.root, "_shards"), suffix=".json")
         return {int(p.rsplit("/", 1)[1].split(".")[0]) for p in markers}
 
+    @property
+    def plan_path(self) -> str:
+        return io.join(self.root, "_plan.json")
+
+    def fingerprint(self) -> str | None:
+        """The plan fingerprint of the output in this folder, if any."""
+        if not io.exists(self.fs, self.plan_path):
+            return None
+        return json.loads(io.read_text(self.fs, self.plan_path))["fingerprint"]
+
     def prepare(self, fingerprint: str, *, overwrite: bool) -> set[int]:
         """Create the folder for a run with this plan; return the shards already finished by an earlier run."""
-        plan_path = io.join(self.root, "_plan.json")
+        plan_path = self.plan_path
         if io.exists(self.fs, self.root):
-            previous = (
-                json.loads(io.read_text(self.fs, plan_path))["fingerprint"] if io.exists(self.fs, plan_path) else None
-            )
+            previous = self.fingerprint()
             if overwrite or previous is None:
                 self.fs.delete_dir(self.root)
             elif previous != fingerprint:
@@ -199,7 +210,7 @@ def error_row(shard: Shard, source: str, reason: str, detail: str) -> pa.Table:
     )
 
 
-class _Counters:
+class Counters:
     """Additive per-shard counters keyed by (metric, language, reason)."""
 
     def __init__(self) -> None:
@@ -268,14 +279,13 @@ def run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[st
     """Run one shard end to end and commit it; return its summary (also stored in its marker)."""
     started = time.perf_counter()
     schema = stage.output_schema(shard)
-    # A stage may give its removed rows more columns than `reason` and `detail` (dedup: `duplicate_of`).
-    removed_schema = getattr(stage, "removed_schema", lambda _: with_reason(schema))(shard)
+    removed_schema = getattr(stage, "removed_schema", with_reason)(schema)
     writers = {
         "data": io.AtomicParquetWriter(out.fs, out.path("data", shard), schema),
         "removed": io.AtomicParquetWriter(out.fs, out.path("removed", shard), removed_schema),
         "errors": io.AtomicParquetWriter(out.fs, out.path("errors", shard), ERROR_SCHEMA),
     }
-    counters = _Counters()
+    counters = Counters()
     try:
         for table in _guarded_read(stage, shard, writers["errors"]):
             counters.count(table, "in")

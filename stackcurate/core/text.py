@@ -1,6 +1,7 @@
 """Texts as the compiled kernels see them: one contiguous UTF-8 buffer with offsets, and per-code-point
 character classes taken from Python itself (shared by the filter kernel and the MinHash pass)."""
 
+import functools
 import os
 
 import numpy as np
@@ -34,23 +35,20 @@ def _build_unicode_classes() -> np.ndarray:
     return table
 
 
-_CLASSES: np.ndarray | None = None
-
-
+@functools.cache
 def unicode_classes() -> np.ndarray:
     """uint8 flags per code point, from Python itself: ALPHA = str.isalpha, NUMERIC = str.isalnum but not
     alpha (digits, numerals), SPACE = str.isspace. Cached on disk (building it takes about a second) and
     in the process."""
-    global _CLASSES  # noqa: PLW0603 - one table per process
-    if _CLASSES is None:
-        path = os.path.join(os.path.dirname(__file__), "__pycache__", "unicode_classes_v2.npy")
-        try:
-            _CLASSES = np.load(path)
-        except (OSError, ValueError):
-            _CLASSES = _build_unicode_classes()
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                np.save(path, _CLASSES)
-            except OSError:
-                pass  # read-only install: rebuild next time
-    return _CLASSES
+    path = os.path.join(os.path.dirname(__file__), "__pycache__", "unicode_classes_v2.npy")
+    try:
+        return np.load(path)
+    except (OSError, ValueError):
+        pass
+    table = _build_unicode_classes()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        np.save(path, table)
+    except OSError:
+        pass  # read-only install: rebuild next time
+    return table

@@ -114,27 +114,27 @@ def map_tasks(
     A task whose worker dies is retried by Ray (tasks write their files atomically, so a retry overwrites
     what the lost attempt left); an exception raised by `fn` itself stops the run with that error.
     """
+    if not items:
+        return []
     init(address, workers)
     import ray
 
-    if not items:
-        return []
     remote = ray.remote(num_cpus=1, max_retries=3)(fn)
     limit = max(1, workers or int(ray.cluster_resources().get("CPU", 1)))
     results: list[Any] = [None] * len(items)
     pending: dict[Any, int] = {}
     queue = iter(enumerate(items))
+
+    def submit() -> None:
+        if (nxt := next(queue, None)) is not None:
+            pending[remote.remote(*nxt[1])] = nxt[0]
+
     with tqdm(total=len(items), desc=desc, unit="task", disable=not progress) as bar:
-        for i, item in queue:
-            pending[remote.remote(*item)] = i
-            if len(pending) >= limit:
-                break
+        for _ in range(limit):
+            submit()
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                results[pending.pop(ref)] = ray.get(ref)
-                bar.update()
-            for i, item in queue:
-                pending[remote.remote(*item)] = i
-                break
+            results[pending.pop(done[0])] = ray.get(done[0])
+            bar.update()
+            submit()
     return results

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from stackcurate.core import io
@@ -41,6 +42,7 @@ from stackcurate.core.config import dump_yaml, option, to_dict
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import STATS_SCHEMA, with_reason
 from stackcurate.core.stage import (
+    Counters,
     Shard,
     StageDir,
     StageOutput,
@@ -48,6 +50,7 @@ from stackcurate.core.stage import (
     plan_fingerprint,
     read_records,
     records_schema,
+    split_by_reason,
 )
 from stackcurate.stages.dedup import graph, minhash
 
@@ -137,7 +140,7 @@ class DedupConfig:
     def band_layout(self) -> tuple[int, int]:
         if self.bands is not None and self.rows is not None:
             return self.bands, self.rows
-        return _optimal_bands(self.threshold, self.num_perm)
+        return minhash.optimal_bands(self.threshold, self.num_perm)
 
     def __str__(self) -> str:
         bands, rows = self.band_layout()
@@ -147,27 +150,21 @@ class DedupConfig:
         )
 
 
-_BANDS_CACHE: dict[tuple[float, int], tuple[int, int]] = {}
-
-
-def _optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
-    key = (threshold, num_perm)
-    if key not in _BANDS_CACHE:
-        _BANDS_CACHE[key] = minhash.optimal_bands(threshold, num_perm)
-    return _BANDS_CACHE[key]
-
-
 @dataclass(frozen=True)
 class _Plan:
     """What every task needs: settings, the input files, where to write."""
 
     cfg: DedupConfig
     shards: tuple[Shard, ...]
-    root: str  # <out>/dedup_clusters
+    out: StageDir  # <out>/dedup_clusters, on its filesystem (local or object store)
     partitions: int
 
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return self.out.fs
+
     def work(self, *parts: str) -> str:
-        return io.join(self.root, "_work", *parts)
+        return io.join(self.out.root, "_work", *parts)
 
 
 # ---- 1. signature ---------------------------------------------------------------------------------------
@@ -219,7 +216,7 @@ def _meta(table: pa.Table, shard: int, exact: np.ndarray) -> pa.Table:
 def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
     """Keys (exact and LSH bands) of one input file, partitioned by key; ranking columns by doc_id."""
     cfg, shard = plan.cfg, plan.shards[index]
-    fs, _ = io.filesystem(plan.root)
+    fs = plan.fs
     keys_out = graph.PartitionedWriter(fs, plan.work("keys"), index, KEY_SCHEMA, plan.partitions)
     meta_out = graph.PartitionedWriter(fs, plan.work("meta"), index, META_SCHEMA, plan.partitions)
     sinks = [keys_out, meta_out]
@@ -287,7 +284,7 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
 
 def bucket_task(plan: _Plan, part: int) -> dict[str, Any]:
     """Star edges of every key shared by two or more documents, written by source node."""
-    fs, _ = io.filesystem(plan.root)
+    fs = plan.fs
     table = graph.read_partition(fs, plan.work("keys"), part)
     if table is None:
         x = y = np.zeros(0, dtype=np.int64)
@@ -304,21 +301,24 @@ def bucket_task(plan: _Plan, part: int) -> dict[str, Any]:
     return {"edges": len(x)}
 
 
-def _lookup(shingles: pa.Table | None, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row of each id in a partition's shingles table (-1 when absent) and the table's doc_ids."""
-    if shingles is None:
-        return np.full(len(ids), -1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    doc = shingles.column("doc_id").to_numpy()
-    order = np.argsort(doc, kind="stable")
-    pos = np.clip(np.searchsorted(doc, ids, sorter=order), 0, max(len(doc) - 1, 0))
-    rows = order[pos] if len(doc) else pos
-    return np.where(len(doc) and doc[rows] == ids, rows, -1), doc
+def _rows_of(keys: np.ndarray, ids: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """Row of each id in `keys` (-1 when absent); `order` is `keys`' argsort when the caller has it."""
+    if len(keys) == 0:
+        return np.full(len(ids), -1, dtype=np.int64)
+    order = np.argsort(keys, kind="stable") if order is None else order
+    rows = order[np.minimum(np.searchsorted(keys, ids, sorter=order), len(keys) - 1)]
+    return np.where(keys[rows] == ids, rows, -1)
+
+
+def _lookup(table: pa.Table | None, ids: np.ndarray) -> np.ndarray:
+    """Row of each id in a partition table's `doc_id` column (-1 when absent)."""
+    return _rows_of(table.column("doc_id").to_numpy() if table is not None else np.zeros(0, np.int64), ids)
 
 
 def attach_task(plan: _Plan, part: int) -> dict[str, Any]:
     """Verification, first hop: send each pair to its second document's partition, with the shingles of its
     first document (once per destination, not once per pair: a bucket's first document is in many pairs)."""
-    fs, _ = io.filesystem(plan.root)
+    fs = plan.fs
     pairs = graph.read_partition(fs, plan.work("pairs"), part)
     shingles = graph.read_partition(fs, plan.work("shingles"), part)
     u = pairs.column("u").to_numpy() if pairs is not None else np.zeros(0, dtype=np.int64)
@@ -328,7 +328,7 @@ def attach_task(plan: _Plan, part: int) -> dict[str, Any]:
         fs, plan.work("pairs2"), part, pa.table({"u": u, "v": v}, schema=graph.EDGE_SCHEMA), dest, plan.partitions
     )
     shipped_u, shipped_dest = graph.unique_edges(u, dest)  # distinct (document, destination)
-    rows, _ = _lookup(shingles, shipped_u)
+    rows = _lookup(shingles, shipped_u)
     found = rows >= 0
     table = SHINGLE_SCHEMA.empty_table()
     if shingles is not None and found.any():
@@ -354,15 +354,15 @@ def verify_task(plan: _Plan, part: int) -> dict[str, Any]:
 
     Exact copies always pass (their Jaccard is 1, or both have no shingles and share the exact key).
     """
-    fs, _ = io.filesystem(plan.root)
+    fs = plan.fs
     pairs = graph.read_partition(fs, plan.work("pairs2"), part)
     shipped = graph.read_partition(fs, plan.work("shipped"), part)
     shingles = graph.read_partition(fs, plan.work("shingles"), part)
     x = y = np.zeros(0, dtype=np.int64)
     if pairs is not None and shipped is not None and shingles is not None:
         u, v = pairs.column("u").to_numpy(), pairs.column("v").to_numpy()
-        left, _ = _lookup(shipped, u)
-        right, _ = _lookup(shingles, v)
+        left = _lookup(shipped, u)
+        right = _lookup(shingles, v)
         values, offsets = _concat_lists(shipped, shingles)
         right_index = shipped.num_rows + np.maximum(right, 0)
         jac = minhash.jaccard_pairs(values, offsets, np.maximum(left, 0), right_index)
@@ -377,31 +377,30 @@ def verify_task(plan: _Plan, part: int) -> dict[str, Any]:
 
 
 def star_task(plan: _Plan, step: int, part: int) -> tuple[int, int]:
-    fs, _ = io.filesystem(plan.root)
+    fs = plan.fs
     src, dst = plan.work("cc", f"{step:03d}"), plan.work("cc", f"{step + 1:03d}")
     return graph.star_step(fs, src, dst, part, plan.partitions, "large" if step % 2 == 0 else "small")
 
 
 def member_task(plan: _Plan, step: int, part: int) -> dict[str, Any]:
     """Label each node of this partition with its component and attach its ranking columns."""
-    fs, _ = io.filesystem(plan.root)
+    fs = plan.fs
     nodes, label = graph.labels(*graph.read_edges(fs, plan.work("cc", f"{step:03d}"), part))
     meta = graph.read_partition(fs, plan.work("meta"), part)
-    if meta is not None:  # equal doc_ids hash to the same partition, so each is checked here
-        ids = np.sort(meta.column("doc_id").to_numpy())
+    members = MEMBER_SCHEMA.empty_table()
+    if meta is not None:
+        doc_ids = meta.column("doc_id").to_numpy()
+        order = np.argsort(doc_ids, kind="stable")
+        ids = doc_ids[order]  # equal doc_ids hash to the same partition, so each is checked here
         repeated = ids[1:][ids[1:] == ids[:-1]]
         if len(repeated):
             raise StackcurateError(
                 f"doc_id {repeated[0]} appears more than once in the input; dedup needs the unique doc_ids "
                 "that `stackcurate ingest` assigns"
             )
-    if meta is None or len(nodes) == 0:
-        members = MEMBER_SCHEMA.empty_table()
-    else:
-        doc_ids = meta.column("doc_id").to_numpy()
-        order = np.argsort(doc_ids, kind="stable")
-        pos = order[np.searchsorted(doc_ids, nodes, sorter=order)]
-        members = meta.take(pa.array(pos)).add_column(0, "cluster_id", pa.array(label, pa.int64()))
+        if len(nodes):
+            pos = _rows_of(doc_ids, nodes, order)
+            members = meta.take(pa.array(pos)).add_column(0, "cluster_id", pa.array(label, pa.int64()))
     graph.write_partitioned(
         fs,
         plan.work("members"),
@@ -447,9 +446,9 @@ def _size_bucket(size: int) -> str:
 
 def cluster_task(plan: _Plan, part: int, run_id: str) -> dict[str, Any]:
     """Pick the kept document of every component in this partition; write its clusters file and stats."""
-    fs, _ = io.filesystem(plan.root)
+    fs = plan.fs
     members = graph.read_partition(fs, plan.work("members"), part)
-    out = StageDir(plan.root.rsplit("/", 1)[0], CLUSTERS_STAGE)
+    out = plan.out
     if members is None or members.num_rows == 0:
         clusters = CLUSTER_SCHEMA.empty_table()
     else:
@@ -485,117 +484,91 @@ def cluster_task(plan: _Plan, part: int, run_id: str) -> dict[str, Any]:
     stats = io.AtomicParquetWriter(fs, out.path("stats", part), STATS_SCHEMA)
     stats.write(_cluster_stats(clusters, run_id, part))
     stats.commit()
-    summary = {
-        "shard": part,
-        "docs_in": clusters.num_rows,
-        "docs_out": clusters.num_rows,
-        "docs_removed": 0,
-        "errors": 0,
-        "bytes_out": 0,
-        "seconds": 0.0,
-    }
-    io.write_bytes_atomic(fs, out.path("_shards", part, ".json"), json.dumps(summary).encode())
-    return {"clusters": clusters.num_rows - clusters.column("reason").null_count if clusters.num_rows else 0}
+    return {"docs": clusters.num_rows}
 
 
 def _cluster_stats(clusters: pa.Table, run_id: str, part: int) -> pa.Table:
     """Clusters by size bucket and keeper language; removed docs and bytes by language and reason."""
-    counts: dict[tuple[str, str | None, str | None], float] = {}
-
-    def add(metric: str, language: str | None, reason: str | None, value: float) -> None:
-        counts[(metric, language, reason)] = counts.get((metric, language, reason), 0.0) + value
-
-    for row in clusters.to_pylist():
-        if row["reason"] is None:
-            add("clusters", row["language"], _size_bucket(row["cluster_size"]), 1)
-            add("docs_in_clusters", row["language"], None, row["cluster_size"])
-        else:
-            add("docs_duplicate", row["language"], row["reason"], 1)
-            add("bytes_duplicate", row["language"], row["reason"], row["length_bytes"] or 0)
-    rows = [
-        {
-            "run_id": run_id,
-            "stage": CLUSTERS_STAGE,
-            "shard": part,
-            "metric": m,
-            "language": lang,
-            "reason": r,
-            "value": v,
-            "unit": "bytes" if m.startswith("bytes") else "docs",
-        }
-        for (m, lang, r), v in sorted(counts.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
-    ]
-    return pa.Table.from_pylist(rows, schema=STATS_SCHEMA)
+    counters = Counters()
+    is_kept = pc.is_null(clusters.column("reason"))  # pyright: ignore[reportAttributeAccessIssue]
+    kept = clusters.filter(is_kept)
+    buckets = {size: _size_bucket(size) for size in set(kept.column("cluster_size").to_pylist())}
+    kept = kept.append_column("bucket", pa.array([buckets[n] for n in kept.column("cluster_size").to_pylist()]))
+    by_size = kept.group_by(["language", "bucket"], use_threads=False).aggregate(
+        [([], "count_all"), ("cluster_size", "sum")]
+    )
+    for row in by_size.to_pylist():
+        counters.add("clusters", row["language"], row["bucket"], row["count_all"])
+        counters.add("docs_in_clusters", row["language"], None, row["cluster_size_sum"])
+    removed = clusters.filter(pc.invert(is_kept))  # pyright: ignore[reportAttributeAccessIssue]
+    by_reason = removed.group_by(["language", "reason"], use_threads=False).aggregate(
+        [([], "count_all"), ("length_bytes", "sum")]
+    )
+    for row in by_reason.to_pylist():
+        counters.add("docs_duplicate", row["language"], row["reason"], row["count_all"])
+        counters.add("bytes_duplicate", row["language"], row["reason"], row["length_bytes_sum"] or 0)
+    return counters.table(run_id, CLUSTERS_STAGE, part)
 
 
 # ---- orchestration ---------------------------------------------------------------------------------------
 
 
-def _marked(marker: str, fn: Any, *args: Any) -> Any:
+def _marked(plan: _Plan, marker: str, fn: Any, *args: Any) -> Any:
     """Run one task and commit its result as a marker, so a rerun skips it."""
-    result = fn(*args)
-    fs, path = io.filesystem(marker)
-    io.write_bytes_atomic(fs, path, json.dumps(result).encode())
+    result = fn(plan, *args)
+    io.write_bytes_atomic(plan.fs, marker, json.dumps(result).encode())
     pa.default_memory_pool().release_unused()  # Ray reuses the worker process for the next task
     return result
 
 
 def _phase(ctx: TaskContext, plan: _Plan, name: str, fn: Any, items: list[tuple[Any, ...]]) -> list[Any]:
     """Run the items of one phase that have no marker yet; return every item's result, in order."""
-    fs, _ = io.filesystem(plan.root)
     marker_dir = plan.work("_done", name)
-    fs.create_dir(marker_dir, recursive=True)
+    plan.fs.create_dir(marker_dir, recursive=True)
     markers = [io.join(marker_dir, f"{i:05d}.json") for i in range(len(items))]
-    todo = [i for i, m in enumerate(markers) if not io.exists(fs, m)]
-    ctx.map(_marked, [(markers[i], fn, *items[i]) for i in todo], f"dedup {name}")
-    return [json.loads(io.read_text(fs, m)) for m in markers]
+    done = set(io.expand(plan.fs, marker_dir, suffix=".json"))  # finished by an interrupted run
+    todo = [i for i, m in enumerate(markers) if m not in done]
+    ran = ctx.map(_marked, [(plan, markers[i], fn, *items[i]) for i in todo], f"dedup {name}")
+    results = dict(zip(todo, ran, strict=True))
+    return [results[i] if i in results else json.loads(io.read_text(plan.fs, m)) for i, m in enumerate(markers)]
 
 
-def _remove_dir(uri: str) -> None:
-    fs, path = io.filesystem(uri)
-    if io.exists(fs, path):
-        fs.delete_dir(path)
+def _remove_dir(plan: _Plan, path: str) -> None:
+    if io.exists(plan.fs, path):
+        plan.fs.delete_dir(path)
 
 
 def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
     """Run signature, bucket and cluster into `<out>/dedup_clusters` (or reuse a finished one)."""
     if cfg.clusters is not None:
         return cfg
-    assert ctx.input_uri is not None
-    from stackcurate.stages import plan_records
-
-    shards = tuple(plan_records(cfg, ctx.input_uri))
+    shards = tuple(ctx.shards)
     if any(s.kind == "unreadable" for s in shards):
         bad = next(s for s in shards if s.kind == "unreadable")
         raise StackcurateError(f"dedup cannot read {bad.path}: {bad.detail}")
     rows = sum(s.stop - s.start for s in shards)
     partitions = max(1, math.ceil(rows / cfg.rows_per_partition))
     out = StageDir(ctx.out, CLUSTERS_STAGE)
-    plan = _Plan(cfg, shards, out.root, partitions)
+    plan = _Plan(cfg, shards, out, partitions)
     settings = {k: v for k, v in to_dict(cfg).items() if k not in ("batch_rows", "clusters")}
     fingerprint = plan_fingerprint(CLUSTERS_STAGE, settings, list(shards))
     result = replace(cfg, clusters=out.uri)
-    fp_path = io.join(out.root, "_plan.json")
-    if (
-        not ctx.overwrite
-        and out.is_complete()
-        and json.loads(io.read_text(out.fs, fp_path)).get("fingerprint") == fingerprint
-    ):
+    if not ctx.overwrite and out.is_complete() and out.fingerprint() == fingerprint:
         return result
     out.prepare(fingerprint, overwrite=ctx.overwrite)
-    _phase(ctx, plan, "signature", signature_task, [(plan, i) for i in range(len(shards))])
-    _phase(ctx, plan, "bucket", bucket_task, [(plan, p) for p in range(partitions)])
-    _remove_dir(plan.work("keys"))
+    _phase(ctx, plan, "signature", signature_task, [(i,) for i in range(len(shards))])
+    _phase(ctx, plan, "bucket", bucket_task, [(p,) for p in range(partitions)])
+    _remove_dir(plan, plan.work("keys"))
     if cfg.verify:
-        _phase(ctx, plan, "attach", attach_task, [(plan, p) for p in range(partitions)])
-        _phase(ctx, plan, "verify", verify_task, [(plan, p) for p in range(partitions)])
+        _phase(ctx, plan, "attach", attach_task, [(p,) for p in range(partitions)])
+        _phase(ctx, plan, "verify", verify_task, [(p,) for p in range(partitions)])
         for name in ("pairs", "pairs2", "shipped", "shingles"):
-            _remove_dir(plan.work(name))
+            _remove_dir(plan, plan.work(name))
     step, previous = 0, None
     while True:
-        sums = _phase(ctx, plan, f"cc{step:03d}", star_task, [(plan, step, p) for p in range(partitions)])
+        sums = _phase(ctx, plan, f"cc{step:03d}", star_task, [(step, p) for p in range(partitions)])
         if step >= 2:
-            _remove_dir(plan.work("cc", f"{step - 1:03d}"))
+            _remove_dir(plan, plan.work("cc", f"{step - 1:03d}"))
         total = (sum(c for c, _ in sums), sum(s for _, s in sums) % 2**64)
         if step % 2 == 0:
             if total == previous:  # a large-star + small-star round changed nothing: one star per component
@@ -604,11 +577,11 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
         step += 1
         if step > 200:
             raise StackcurateError("connected components did not converge in 100 rounds; please report this")
-    _phase(ctx, plan, "member", member_task, [(plan, step, p) for p in range(partitions)])
+    _phase(ctx, plan, "member", member_task, [(step, p) for p in range(partitions)])
     run_id = ctx.run_id
-    _phase(ctx, plan, "cluster", cluster_task, [(plan, p, run_id) for p in range(partitions)])
+    _phase(ctx, plan, "cluster", cluster_task, [(p, run_id) for p in range(partitions)])
     out.finish(dump_yaml({"stage": CLUSTERS_STAGE, "input": ctx.input_uri, "config": settings}))
-    _remove_dir(plan.work())
+    _remove_dir(plan, plan.work())
     return result
 
 
@@ -627,7 +600,7 @@ class DedupStage:
         if self.cfg.clusters is None:
             raise StackcurateError("dedup needs its clusters: run `stackcurate dedup`, which computes them first")
         fs, root = io.filesystem(self.cfg.clusters)
-        files = sorted(io.expand(fs, io.join(root, "*.parquet")))
+        files = io.expand(fs, io.join(root, "*.parquet"))
         decided = (
             pq.ParquetDataset(files, filesystem=fs, filters=[("shard", "=", shard.index)]).read(
                 columns=["doc_id", "kept_doc_id", "reason"]
@@ -636,32 +609,27 @@ class DedupStage:
             else CLUSTER_SCHEMA.empty_table()
         )
         decided = decided.filter(pc.is_valid(decided.column("reason")))  # pyright: ignore[reportAttributeAccessIssue]
-        decided = decided.sort_by("doc_id")
         ids = decided.column("doc_id").to_numpy()
-        kept = decided.column("kept_doc_id").to_numpy()
-        reasons = decided.column("reason").to_pylist()
         for table in read_records(shard, self.cfg.batch_rows):
-            doc = table.column("doc_id").to_numpy()
-            pos = np.minimum(np.searchsorted(ids, doc), max(len(ids) - 1, 0))
-            hit = ids[pos] == doc if len(ids) else np.zeros(len(doc), dtype=np.bool_)
-            yield table.append_column(
-                "_reason", pa.array([reasons[p] if h else None for p, h in zip(pos, hit, strict=True)], pa.string())
-            ).append_column("_duplicate_of", pa.array(kept[pos] if len(ids) else np.zeros(len(doc)), pa.int64()))
+            rows = _rows_of(ids, table.column("doc_id").to_numpy())
+            if len(ids) == 0:
+                reason, keeper = pa.nulls(len(rows), pa.string()), pa.nulls(len(rows), pa.int64())
+            else:
+                found = decided.take(pa.array(np.maximum(rows, 0)))
+                reason = pc.if_else(pa.array(rows >= 0), found.column("reason"), None)  # pyright: ignore[reportAttributeAccessIssue]
+                keeper = found.column("kept_doc_id")
+            yield table.append_column("_reason", reason).append_column("_duplicate_of", keeper)
 
     def output_schema(self, shard: Shard) -> pa.Schema:
         return records_schema(shard)
 
-    def removed_schema(self, shard: Shard) -> pa.Schema:
-        return with_reason(records_schema(shard)).append(pa.field("duplicate_of", pa.int64()))
+    def removed_schema(self, output_schema: pa.Schema) -> pa.Schema:
+        return with_reason(output_schema).append(pa.field("duplicate_of", pa.int64()))
 
     def __call__(self, table: pa.Table) -> StageOutput:
         reason = table.column("_reason")
-        drop = pc.is_valid(reason)  # pyright: ignore[reportAttributeAccessIssue]
-        data = table.drop_columns(["_reason", "_duplicate_of"])
-        removed = data.filter(drop)
-        removed = (
-            removed.append_column("reason", reason.filter(drop))
-            .append_column("detail", pa.nulls(removed.num_rows, pa.string()))
-            .append_column("duplicate_of", table.column("_duplicate_of").filter(drop))
-        )
-        return StageOutput(kept=data.filter(pc.invert(drop)), removed=removed)  # pyright: ignore[reportAttributeAccessIssue]
+        out = split_by_reason(table.drop_columns(["_reason", "_duplicate_of"]), reason.to_pylist())
+        dropped = table.column("_duplicate_of").filter(pc.is_valid(reason))  # pyright: ignore[reportAttributeAccessIssue]
+        assert out.removed is not None
+        out.removed = out.removed.append_column("duplicate_of", dropped)
+        return out

@@ -33,7 +33,7 @@ def partition_of(ids: np.ndarray, partitions: int) -> np.ndarray:
     """The partition of each id (a hash, so consecutive doc_ids spread evenly)."""
     if partitions == 1:
         return np.zeros(len(ids), dtype=np.int64)
-    return (mix64(ids.view(np.uint64) if ids.dtype == np.int64 else ids) % np.uint64(partitions)).astype(np.int64)
+    return (mix64(ids) % np.uint64(partitions)).astype(np.int64)
 
 
 def part_dir(root: str, part: int) -> str:
@@ -85,10 +85,10 @@ def write_partitioned(
     sink.commit()
 
 
-def read_partition(fs: pafs.FileSystem, root: str, part: int, columns: list[str] | None = None) -> pa.Table | None:
+def read_partition(fs: pafs.FileSystem, root: str, part: int) -> pa.Table | None:
     """All rows written to partition `part` of `root`, in writer order (None if nothing was written)."""
-    files = io.expand(fs, part_dir(root, part), suffix=".parquet")
-    tables = [pq.read_table(f, filesystem=fs, columns=columns) for f in sorted(files)]
+    files = io.expand(fs, part_dir(root, part), suffix=".parquet")  # sorted: writer order
+    tables = [pq.read_table(f, filesystem=fs) for f in files]
     tables = [t for t in tables if t.num_rows]
     return pa.concat_tables(tables) if tables else None
 
@@ -141,7 +141,7 @@ def checksum(u: np.ndarray, v: np.ndarray) -> tuple[int, int]:
     if len(u) == 0:
         return 0, 0
     with np.errstate(over="ignore"):
-        mixed = mix64(mix64(u.view(np.uint64)) ^ v.view(np.uint64))
+        mixed = mix64(mix64(u) ^ v.astype(np.uint64))
         return len(u), int(mixed.sum(dtype=np.uint64))
 
 

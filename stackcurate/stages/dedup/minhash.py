@@ -16,6 +16,7 @@ and cached next to this file) does tokenizing, hashing and all permutations with
 which is what makes the signature pass run at about the speed of reading the data.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -28,16 +29,12 @@ from stackcurate.core.text import ALPHA, NUMERIC, as_texts, unicode_classes, utf
 _P1, _P2, _P3, _P4, _P5 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F, 0x165667B1
 
 
-_WORD: np.ndarray | None = None
-
-
+@functools.cache
 def word_table() -> np.ndarray:
     """True for the code points Python's re module counts as `\\w`: str.isalnum() or `_`."""
-    global _WORD  # noqa: PLW0603 - derived once per process from the shared character classes
-    if _WORD is None:
-        _WORD = (unicode_classes() & (ALPHA | NUMERIC)) != 0
-        _WORD[ord("_")] = True
-    return _WORD
+    word = (unicode_classes() & (ALPHA | NUMERIC)) != 0
+    word[ord("_")] = True
+    return word
 
 
 def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -54,6 +51,7 @@ def _integrate(f: "np.ufunc | object", lo: float, hi: float, n: int = 2001) -> f
     return float(np.sum((ys[1:] + ys[:-1]) * np.diff(xs)) / 2)
 
 
+@functools.cache
 def optimal_bands(threshold: float, num_perm: int) -> tuple[int, int]:
     """(bands, rows) minimising the equal-weighted false-positive and false-negative areas (datasketch's
     `_optimal_param`): 0.7 with 256 or 250 permutations gives 25 bands of 10 rows, as StarCoder used."""
