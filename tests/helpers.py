@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from stackcurate.core.schema import FILE_SCHEMA
 from stackcurate.sample import STACK_V2_FILE_SCHEMA
-from stackcurate.stages.ingest.content import git_blob_hex, sha1_hex
+from stackcurate.stages.ingest.content import extension_of, git_blob_hex, sha1_hex
 
 
 def free_port() -> int:
@@ -43,7 +43,6 @@ def stack_v2_layout(
         stored = objects[path] if path in objects else gzip.compress(data, mtime=0)
         if stored is not None:
             (root / "content" / blob).write_bytes(stored)
-        name = path.rsplit("/", 1)[-1]
         rows.append(
             {
                 "blob_id": blob,
@@ -56,7 +55,7 @@ def stack_v2_layout(
                 "fork_events_count": 1,
                 "src_encoding": "UTF-8",
                 "length_bytes": len(data),
-                "extension": name.rsplit(".", 1)[-1] if "." in name else "",
+                "extension": extension_of(path),
                 **extra.get(path, {}),
             }
         )
@@ -68,13 +67,18 @@ def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]], mode: str = "
     """A tar archive built member by member (for crafting unsafe members)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode=mode) as tar:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                tar.addfile(info)
+        add_members(tar, members)
     return buf.getvalue()
+
+
+def add_members(tar: tarfile.TarFile, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> None:
+    """Add crafted members (None data: a member without contents, e.g. a link or a device)."""
+    for info, data in members:
+        if data is not None:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        else:
+            tar.addfile(info)
 
 
 def file_member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tarfile.TarInfo:
@@ -99,6 +103,15 @@ def make_table(files: list[tuple[str, str]], **columns: object) -> pa.Table:
         for i, (path, content) in enumerate(files)
     ]
     return pa.Table.from_pylist(rows, schema=FILE_SCHEMA)
+
+
+def read_all(folder: Path, schema: pa.Schema | None = None) -> pa.Table:
+    """All Parquet files of a folder (not recursive), in file order; `schema`'s empty table if none."""
+    files = sorted(folder.glob("*.parquet"))
+    if not files:
+        assert schema is not None, f"no Parquet files in {folder}"
+        return schema.empty_table()
+    return pa.concat_tables([pq.read_table(f) for f in files])
 
 
 def write_records(folder: Path, tables: list[pa.Table]) -> Path:

@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from helpers import free_port, make_table, write_records
+from helpers import free_port, make_table, read_all, write_records
 
 from stackcurate.core.config import build_config
 from stackcurate.pipeline import RunOptions, run_stage
@@ -117,7 +116,7 @@ def test_interrupted_stage_reruns_to_the_same_result(tmp_path):
     assert not [p for p in stage_dir.rglob("*") if ".tmp-" in p.name]
     assert _files(stage_dir) == _files(tmp_path / "clean/language")
     assert (again.docs_in, again.docs_out) == (clean.docs_in, clean.docs_out)
-    kept = pa.concat_tables(pq.read_table(p) for p in sorted(stage_dir.glob("*.parquet"))).column("doc_id").to_pylist()
+    kept = read_all(stage_dir).column("doc_id").to_pylist()
     assert len(kept) == len(set(kept))  # no duplicates
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import xxhash
-from helpers import make_table, write_records
+from helpers import make_table, read_all, write_records
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
@@ -192,7 +192,7 @@ def run_dedup(
         input_uri=str(records),
     )
     return {
-        name: pa.concat_tables([pq.read_table(f) for f in sorted((tmp_path / "out" / sub).glob("*.parquet"))])
+        name: read_all(tmp_path / "out" / sub)
         for name, sub in (("kept", "dedup"), ("removed", "dedup/removed"), ("clusters", "dedup_clusters"))
     }
 

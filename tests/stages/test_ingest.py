@@ -4,7 +4,6 @@ Every test builds tiny inputs in `tmp_path` and runs the stage with the local ru
 """
 
 import gzip
-import io
 import os
 import random
 import shutil
@@ -15,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
-from helpers import file_member, stack_v2_layout, tar_bytes
+from helpers import add_members, file_member, read_all, stack_v2_layout, tar_bytes
 
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
@@ -43,12 +41,6 @@ GIT_ENV = {
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
-
-
-def read_all(folder: Path, schema: pa.Schema) -> pa.Table:
-    """All Parquet files of a folder (not recursive), in file order."""
-    files = sorted(folder.glob("*.parquet"))
-    return pa.concat_tables([pq.read_table(f) for f in files]) if files else schema.empty_table()
 
 
 @dataclass
@@ -144,13 +136,8 @@ def git_bare_bundle(
     git(tmp_path, "clone", "-q", "--bare", "--no-local", str(src), str(bare))
     bundle = tmp_path / "bundles" / f"swh_1_rev_{commit}.git.tar"
     bundle.parent.mkdir(exist_ok=True)
-    with tarfile.open(bundle, "w", format=tarfile.PAX_FORMAT) as tar:
-        for info, data in extra:
-            if data is not None:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                tar.addfile(info)
+    with tarfile.open(bundle, "w") as tar:
+        add_members(tar, extra)
         tar.add(bare, arcname=bare.name)
     shutil.rmtree(tmp_path / "bare")
     return bundle, commit, tree
