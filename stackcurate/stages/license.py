@@ -35,8 +35,7 @@ import pyarrow.parquet as pq
 from stackcurate.core import io
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.schema import with_reason
-from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema
+from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
 from stackcurate.core.tables import read_name_list
 from stackcurate.stages import license_detect
 
@@ -80,7 +79,7 @@ class LicenseConfig:
 
 
 def _read_pattern(path: str) -> re.Pattern[str]:
-    lines = [line.strip() for line in Path(path).read_text().splitlines() if line.strip() and not line.startswith("#")]
+    lines = read_name_list(path, what="license file pattern")
     if len(lines) != 1:
         raise StackcurateError(f"{path} must hold exactly one regex line")
     return re.compile(lines[0], re.IGNORECASE)
@@ -102,20 +101,24 @@ class LicenseScanStage:
         return SCAN_SCHEMA
 
     def __call__(self, table: pa.Table) -> StageOutput:
+        paths = table.column("path").to_pylist()
+        hits = [i for i, path in enumerate(paths) if self.pattern.match(PurePosixPath(path or "/").name)]
+        if not hits:  # most batches: no file content is converted at all
+            return StageOutput(kept=SCAN_SCHEMA.empty_table())
+        found = pa.array(hits, pa.int64())
         rows = []
-        for repo, path, content in zip(
-            table.column("repo_name").to_pylist(),
-            table.column("path").to_pylist(),
-            table.column("content").to_pylist(),
+        for i, repo, content in zip(
+            hits,
+            table.column("repo_name").take(found).to_pylist(),
+            table.column("content").take(found).to_pylist(),
             strict=True,
         ):
-            posix = PurePosixPath(path or "/")
-            if content and self.pattern.match(posix.name):
+            if content:
                 rows.append(
                     {
                         "repo_name": repo,
-                        "folder": str(posix.parent),
-                        "path": path,
+                        "folder": str(PurePosixPath(paths[i] or "/").parent),
+                        "path": paths[i],
                         "licenses": license_detect.detect(content, self.cfg.detection),
                     }
                 )
@@ -198,30 +201,31 @@ class LicenseStage:
         return ids
 
     def __call__(self, table: pa.Table) -> StageOutput:
-        rows = table.to_pylist()
-        kept, removed = [], []
-        for row in rows:
-            repo = (row.get("repo_name") or "").lower()
-            if repo in self.opt_out_repos or repo.split("/", 1)[0] in self.opt_out_owners:
-                removed.append({**row, "reason": "opt_out", "detail": None})
+        def column(name: str) -> list:
+            return table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
+
+        repos, paths, gha_ids = column("repo_name"), column("path"), column("gha_license_id")
+        kinds, detected = column("license_type"), column("detected_licenses")
+        reasons: list[str | None] = []
+        details: list[str | None] = []
+        for i, (repo, path, gha) in enumerate(zip(repos, paths, gha_ids, strict=True)):
+            name = (repo or "").lower()
+            if name in self.opt_out_repos or name.split("/", 1)[0] in self.opt_out_owners:
+                reasons.append("opt_out")
+                details.append(None)
                 continue
-            gha = row.get("gha_license_id")
-            if self.cfg.trust_metadata and row.get("license_type") in LICENSE_TYPES:
-                kind = row["license_type"]
-            elif gha and gha != "NOASSERTION":
-                kind = "permissive" if gha.lower() in self.permissive else "non_permissive"
-                row["detected_licenses"] = [gha]
-            else:
-                ids = self.file_licenses(row.get("repo_name"), row.get("path"))
-                kind = "non_permissive" if gha == "NOASSERTION" and not ids else self.classify(ids)
-                row["detected_licenses"] = ids
-            row["license_type"] = kind
-            if kind in self.cfg.keep:
-                kept.append(row)
-            else:
-                removed.append({**row, "reason": f"license_{kind}", "detail": json.dumps(row["detected_licenses"])})
-        schema = table.schema
-        return StageOutput(
-            kept=pa.Table.from_pylist(kept, schema=schema),
-            removed=pa.Table.from_pylist(removed, schema=with_reason(schema)),
-        )
+            if not (self.cfg.trust_metadata and kinds[i] in LICENSE_TYPES):
+                if gha and gha != "NOASSERTION":
+                    kinds[i] = "permissive" if gha.lower() in self.permissive else "non_permissive"
+                    detected[i] = [gha]
+                else:
+                    ids = self.file_licenses(repo, path)
+                    kinds[i] = "non_permissive" if gha == "NOASSERTION" and not ids else self.classify(ids)
+                    detected[i] = ids
+            keep = kinds[i] in self.cfg.keep
+            reasons.append(None if keep else f"license_{kinds[i]}")
+            details.append(None if keep else json.dumps(detected[i]))
+        for name, values in (("license_type", kinds), ("detected_licenses", detected)):
+            field = table.schema.field(name)
+            table = table.set_column(table.schema.get_field_index(name), field, pa.array(values, field.type))
+        return split_by_reason(table, reasons, details)
