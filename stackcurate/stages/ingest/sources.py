@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -199,6 +198,8 @@ def _member_problem(member: tarfile.TarInfo) -> tuple[str, str] | None:
     """(reason, detail) for a tar member that must not be taken as a file, or None for a regular file."""
     if _escapes(member.name):
         return "unsafe_member", f"path escapes the bundle: {member.name}"
+    if member.isdir():
+        return None
     if member.issym() or member.islnk():
         kind = "symlink" if member.issym() else "hard link"
         if _link_escapes(member):
@@ -221,12 +222,12 @@ def read_flat_bundle(shard: Shard, limits: Limits, batch_rows: int, s3: io.S3Opt
     try:
         with fs.open_input_stream(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
             for member in tar:
-                if member.isdir():
-                    continue
                 name = _strip_top(member.name)
                 problem = _member_problem(member)
                 if problem:
                     batch.add(name, reason=problem[0], detail=problem[1])
+                elif member.isdir():
+                    continue
                 elif depth(name) > limits.max_depth:
                     batch.add(name, reason="too_deep", detail=f"depth {depth(name)} > {limits.max_depth}")
                 elif member.size > limits.max_bytes:
@@ -241,7 +242,7 @@ def read_flat_bundle(shard: Shard, limits: Limits, batch_rows: int, s3: io.S3Opt
                     batch.add(name, data=f.read() if f else b"")
                 if batch.full():
                     yield batch.flush()
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+    except (tarfile.TarError, EOFError, OSError) as exc:  # a broken gzip stream is a tarfile.ReadError
         batch.add("", reason="corrupt_bundle", detail=f"{type(exc).__name__}: {exc}")
     if batch.rows:
         yield batch.flush()
@@ -275,15 +276,7 @@ def read_git_bare_bundle(
         try:
             with fs.open_input_stream(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
                 for member in tar:
-                    problem = (
-                        _member_problem(member)
-                        if not member.isdir()
-                        else (
-                            ("unsafe_member", f"path escapes the bundle: {member.name}")
-                            if _escapes(member.name)
-                            else None
-                        )
-                    )
+                    problem = _member_problem(member)
                     if problem:
                         if problem[0] == "unsafe_member":
                             batch.add(member.name, reason=problem[0], detail=problem[1])
@@ -401,20 +394,20 @@ def read_repo(shard: Shard, limits: Limits, batch_rows: int) -> Iterator[pa.Tabl
         if (root / ".git").exists()
         else (root if (root / "HEAD").is_file() and (root / "objects").is_dir() else None)
     )
-    if git_dir is not None and _has_commit(str(git_dir)):
-        yield from _read_git_tree(str(git_dir), "HEAD", batch, limits)
+    head = _head_commit(str(git_dir)) if git_dir is not None else None
+    if git_dir is not None and head is not None:
+        yield from _read_git_tree(str(git_dir), head, batch, limits)
     else:
         yield from _walk(root, batch, limits)
     if batch.rows:
         yield batch.flush()
 
 
-def _has_commit(git_dir: str) -> bool:
+def _head_commit(git_dir: str) -> str | None:
     try:
-        _git(git_dir, "rev-parse", "--verify", "HEAD^{commit}")
+        return _git(git_dir, "rev-parse", "--verify", "HEAD^{commit}").decode().strip()
     except subprocess.CalledProcessError:
-        return False  # a repository with no commit yet: its files are only in the working tree
-    return True
+        return None  # a repository with no commit yet: its files are only in the working tree
 
 
 def _walk(root: Path, batch: _RawBatch, limits: Limits) -> Iterator[pa.Table]:
