@@ -5,7 +5,8 @@ Two passes over the same input:
    README, NOTICE, ...) and records the SPDX ids ScanCode finds in each, with its folder.
 2. `license` gives every file a `license_type`:
    - a repository license from GitHub metadata (`gha_license_id`) decides when present: permissive if it is
-     in the permissive list, otherwise non_permissive (`NOASSERTION` counts as no license information);
+     in the permissive list, otherwise non_permissive (`NOASSERTION` does not decide, and with no license file
+     found it means non_permissive);
    - otherwise the ids detected in license files of the same repository, in the file's folder or any folder
      above it, after dropping amendment ids (and the unknown-license reference when a permissive id is found):
      all permissive -> permissive; none -> no_license; else non_permissive;

@@ -10,7 +10,8 @@ Sub-stages, all under one config; the first three write `<out>/dedup_clusters/`,
    then, per component, the document kept is the first by StarCoder2's order: license_type permissive >
    no_license (or unknown) > non_permissive, more stars, more forks, later revision_date, later visit_date,
    then the smaller doc_id. `dedup_clusters/NNNNN.parquet` lists every document of every component:
-   doc_id, cluster_id (its smallest doc_id), cluster_size, kept_doc_id, reason (null for the kept one).
+   doc_id, cluster_id (its smallest doc_id), cluster_size, kept_doc_id, reason (null for the kept one),
+   shard (the input file it came from), language, length_bytes.
 4. **remove** (one shard per input file): rows of other documents move to `dedup/removed/` with reason
    `exact_duplicate` (same exact key as the kept document) or `near_duplicate`, and `duplicate_of`, the
    doc_id kept in their place; the repos and paths that held a file stay queryable through that column.
