@@ -19,7 +19,9 @@ Writes benchmarks/results/dedup_<scale>.json and prints a Markdown table.
 """
 
 import argparse
+import dataclasses
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -56,18 +58,10 @@ def run_ours(records: Path, out: Path, extra: list[str], rows_per_partition: int
     ]  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     measured = dedup_peers.run_measured(cmd, cwd=ROOT, log=out / "dedup.log")
-    if measured.returncode != 0:
-        raise RuntimeError((out / "dedup.log").read_text()[-3000:])
+    dedup_peers.check(measured, "stackcurate dedup", out / "dedup.log")
     kept = set(read_kept(out / "dedup", ["doc_id"]).column("doc_id").to_pylist())
-    return {
-        "kept_ids": kept,
-        "seconds": measured.seconds,
-        "peak_rss_mib": measured.peak_rss_mib,
-        "peak_pss_mib": measured.peak_pss_mib,
-        "peak_process_rss_mib": measured.peak_process_rss_mib,
-        "peak_worker_rss_mib": measured.peak_worker_rss_mib,
-        "version": "stackcurate " + " ".join(extra or ["(defaults)"]),
-    }
+    version = "stackcurate " + " ".join(extra or ["(defaults)"])
+    return {"kept_ids": kept, **dataclasses.asdict(measured), "version": version}
 
 
 def bench_scale(scale: float, work: Path, peers: bool, rows_per_partition: int) -> dict[str, Any]:
@@ -91,7 +85,7 @@ def bench_scale(scale: float, work: Path, peers: bool, rows_per_partition: int) 
             "seconds": round(truth_seconds, 1),
             "pairs_at_0.7": int((truth.jaccard >= 0.7).sum()),
         },
-        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} CPUs",
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "tools": {},
     }
     runs = {
@@ -106,7 +100,7 @@ def bench_scale(scale: float, work: Path, peers: bool, rows_per_partition: int) 
         got = run()
         kept = got.pop("kept_ids")
         got.pop("removed_ids", None)
-        results["tools"][name] = {**{k: v for k, v in got.items() if not isinstance(v, set)}, **truth.score(kept)}
+        results["tools"][name] = {**got, **truth.score(kept)}
     return results
 
 

@@ -210,7 +210,7 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | 
     return Measured(proc.returncode, seconds, peak_rss / MIB, peak_pss / MIB, peak_process / MIB, peak_worker / MIB)
 
 
-def _check(measured: Measured, tool: str, log: Path) -> None:
+def check(measured: Measured, tool: str, log: Path) -> None:
     """Raise with the end of the tool's log if it failed."""
     if measured.returncode != 0:
         tail = log.read_text(errors="replace")[-4000:]
@@ -302,7 +302,7 @@ def run_datatrove(
     log = work / "datatrove.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     measured = run_measured([python, str(driver), str(settings)], cwd=work, log=log, env=env)
-    _check(measured, "datatrove", log)
+    check(measured, "datatrove", log)
 
     info = json.loads(result.read_text())
     kept, removed = _jsonl_ids(work / "run" / "kept"), _jsonl_ids(work / "run" / "removed")
@@ -423,7 +423,7 @@ def run_textdedup(
     env.pop("VIRTUAL_ENV", None)
     log = work / "textdedup.log"
     measured = run_measured(cmd, cwd=work, log=log, env=env)
-    _check(measured, "text-dedup", log)
+    check(measured, "text-dedup", log)
 
     kept: set[int] = set()
     for path in sorted(output.glob("*.arrow")):  # `save_to_disk`: Arrow IPC streams

@@ -29,11 +29,12 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=120.0)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2], help="0 = the local runner (no Ray)")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--rebuild", action="store_true", help="rebuild the sample even if it exists")
     parser.add_argument("--work", default=str(ROOT / "work" / "bench"))
     args = parser.parse_args()
 
     work = Path(args.work)
-    sample = corpus.sample(work, args.mb, rebuild="--rebuild" in sys.argv)
+    sample = corpus.sample(work, args.mb, rebuild=args.rebuild)
     meta = duckdb.sql(f"select count(*), sum(length_bytes) from '{sample}/metadata/*.parquet'").fetchall()[0]
     files, raw_bytes = int(meta[0]), int(meta[1])
     compressed = sum(p.stat().st_size for p in (sample / "content").iterdir())
