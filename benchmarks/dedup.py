@@ -13,16 +13,25 @@ Quality is measured against a ground truth built here (`dedup_truth.py`): exact 
 shingles, of every pair a far more sensitive LSH proposes. Reported: the share of true pairs (>= 0.7) with
 both ends kept, and the share of removed files with no neighbour at Jaccard >= 0.5.
 
-    python benchmarks/dedup.py [--scales 0.5 1.0] [--peer-scales 0.5] [--rows-per-partition 40000]
+    python benchmarks/dedup.py [--scales 0.5 1.0] [--peer-scales 0.5] [--rows-per-partition 40000] [--seeds 1 2 3]
+    python benchmarks/dedup.py --double [--scales 0.5 1.0]
+
+`--double` measures only memory per worker as the corpus doubles while its files stay the same: stackcurate
+runs on the scale's input and on that input plus a ROT13 copy of it (same files and row groups, the same
+duplicates inside each copy, none across), and reports for both the peak RSS and USS (its own pages, without
+the object store's shared memory) of each kind of Ray worker (benchmarks/results/dedup_doubling_<scale>.json).
 
 Writes benchmarks/results/dedup_<scale>.json and prints a Markdown table.
 """
 
 import argparse
+import codecs
 import dataclasses
+import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -33,6 +42,7 @@ import dedup_corpus
 import dedup_peers
 import dedup_truth
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +62,7 @@ def read_kept(folder: Path, columns: list[str]) -> pa.Table:
 
 
 def run_ours(records: Path, out: Path, extra: list[str], rows_per_partition: int) -> dict[str, Any]:
+    records, out = records.resolve(), out.resolve()  # the command runs from the repository root
     cmd = [
         "stackcurate", "dedup", "--out", str(out), "--input", str(records), "--workers", "2", "--overwrite",
         "--no-progress", "--rows-per-partition", str(rows_per_partition), *extra,
@@ -64,7 +75,57 @@ def run_ours(records: Path, out: Path, extra: list[str], rows_per_partition: int
     return {"kept_ids": kept, **dataclasses.asdict(measured), "version": version}
 
 
-def bench_scale(scale: float, work: Path, peers: bool, rows_per_partition: int) -> dict[str, Any]:
+ROT13_ID_OFFSET = 1 << 62  # above any doc_id of the original: (source_index << 40) | row
+
+
+def rot13(table: pa.Table) -> pa.Table:
+    """New doc_ids and blob_ids, content letters rotated: no shingle in common with the original."""
+    texts = [codecs.encode(t, "rot13") for t in table.column("content").to_pylist()]
+    blobs = [hashlib.sha1(b"blob %d\0" % len(b) + b).hexdigest() for b in (t.encode() for t in texts)]
+    columns = {
+        "doc_id": pc.add(table.column("doc_id"), ROT13_ID_OFFSET),
+        "content": pa.array(texts, table.schema.field("content").type),
+        "blob_id": pa.array(blobs, table.schema.field("blob_id").type),
+    }
+    for name, values in columns.items():
+        index = table.schema.get_field_index(name)
+        table = table.set_column(index, table.schema.field(index), values)
+    return table
+
+
+def with_rot13_copy(records: Path, out: Path) -> Path:
+    """`records` plus a ROT13 copy of every file: new doc_ids and blob_ids, content letters rotated."""
+    if (out / "_SUCCESS").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted(records.glob("*.parquet")):
+        shutil.copyfile(path, out / path.name)
+        source = pq.ParquetFile(path)
+        with pq.ParquetWriter(out / f"{path.stem}-rot13.parquet", source.schema_arrow) as sink:
+            for group in range(source.num_row_groups):  # the same row groups: a task's batches stay the same
+                sink.write_table(rot13(source.read_row_group(group)))
+    (out / "_SUCCESS").touch()
+    return out
+
+
+def bench_doubling(records: Path, base: Path, rows_per_partition: int) -> dict[str, Any]:
+    """Peak RSS of each kind of Ray worker on the input, then on the input plus its ROT13 copy."""
+    doubled = with_rot13_copy(records, base / "doubled")
+    report = {}
+    for name, source in (("input", records), ("input + ROT13 copy", doubled)):
+        print(f"[doubling] {name} ...", file=sys.stderr, flush=True)
+        got = run_ours(source, base / f"ours_{source.name}", [], rows_per_partition)
+        report[name] = {
+            "seconds": round(got["seconds"], 1),
+            "kept": len(got["kept_ids"]),
+            "largest_worker_mib": round(got["peak_worker_rss_mib"]),
+            "worker_peak_rss_mib": {title: round(mib) for title, mib in got["peak_by_title_mib"].items()},
+            "worker_peak_uss_mib": {title: round(mib) for title, mib in got["peak_uss_by_title_mib"].items()},
+        }
+    return report
+
+
+def bench_scale(scale: float, work: Path, peers: bool, rows_per_partition: int, seeds: list[int]) -> dict[str, Any]:
     folders = dedup_corpus.build(scale)
     base = work / f"scale_{scale}"
     records = ingest(folders, base)
@@ -92,6 +153,10 @@ def bench_scale(scale: float, work: Path, peers: bool, rows_per_partition: int) 
         "stackcurate": lambda: run_ours(records, base / "ours", [], rows_per_partition),
         "stackcurate --verify": lambda: run_ours(records, base / "ours_verify", ["--verify"], rows_per_partition),
     }
+    for seed in seeds:  # how much the quality figures move with the permutations alone
+        runs[f"stackcurate --seed {seed}"] = lambda seed=seed: run_ours(
+            records, base / f"ours_seed{seed}", ["--seed", str(seed)], rows_per_partition
+        )
     if peers:
         runs["datatrove"] = lambda: dedup_peers.run_datatrove(corpus, base / "datatrove", workers=2)
         runs["text-dedup"] = lambda: dedup_peers.run_textdedup(corpus, base / "textdedup", workers=2)
@@ -120,15 +185,25 @@ def main() -> None:
     parser.add_argument("--scales", type=float, nargs="+", default=[0.5, 1.0])
     parser.add_argument("--peer-scales", type=float, nargs="*", default=[0.5], help="scales the peers also run")
     parser.add_argument("--rows-per-partition", type=int, default=40_000)
+    parser.add_argument("--seeds", type=int, nargs="*", default=[], help="extra stackcurate runs, other seeds")
+    parser.add_argument("--double", action="store_true", help="only measure memory per worker, input doubled")
     parser.add_argument("--work", default=str(ROOT / "work" / "bench_dedup"))
     args = parser.parse_args()
-    print(
-        "| scale | tool | seconds | peak RSS MiB (tree) | largest process MiB | removed | true pairs both kept "
-        "| removed w/o neighbour >= 0.5 |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    if not args.double:
+        print(
+            "| scale | tool | seconds | peak RSS MiB (tree) | largest process MiB | removed | true pairs both kept "
+            "| removed w/o neighbour >= 0.5 |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
     for scale in args.scales:
-        results = bench_scale(scale, Path(args.work), scale in args.peer_scales, args.rows_per_partition)
+        if args.double:
+            base = Path(args.work) / f"scale_{scale}"
+            report = bench_doubling(ingest(dedup_corpus.build(scale), base), base, args.rows_per_partition)
+            out = ROOT / "benchmarks" / "results" / f"dedup_doubling_{scale}.json"
+            out.write_text(json.dumps({"scale": scale, "runs": report}, indent=1))
+            print(json.dumps(report, indent=1), flush=True)
+            continue
+        results = bench_scale(scale, Path(args.work), scale in args.peer_scales, args.rows_per_partition, args.seeds)
         out = ROOT / "benchmarks" / "results" / f"dedup_{scale}.json"
         out.write_text(json.dumps(results, indent=1, default=str))
         print(f"<!-- {results['docs']:,} docs, {results['mb']} MB, {results['projects']} project versions -->")

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +165,9 @@ class Measured:
     peak_pss_mib: float
     peak_process_rss_mib: float = 0.0  # the largest single process
     peak_worker_rss_mib: float = 0.0  # the largest Ray worker process (named `ray::<task>`), if any
+    # Ray workers by what they ran: peak RSS, and peak USS (its own pages: not the object store's shared memory)
+    peak_by_title_mib: dict[str, float] = field(default_factory=dict)
+    peak_uss_by_title_mib: dict[str, float] = field(default_factory=dict)
 
 
 def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None) -> Measured:
@@ -177,6 +180,8 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | 
     import psutil
 
     peak_rss = peak_pss = peak_process = peak_worker = 0
+    by_title: dict[str, int] = {}
+    uss_by_title: dict[str, int] = {}
     with log.open("wb") as out:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -196,10 +201,14 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | 
                 pss += memory.pss
                 peak_process = max(peak_process, memory.rss)
                 try:
-                    if process.name().startswith("ray::"):
-                        peak_worker = max(peak_worker, memory.rss)
+                    title = (process.cmdline() or [""])[0]  # Ray sets it to `ray::<task or actor method>`
                 except psutil.Error:
-                    pass
+                    continue
+                if title.startswith("ray::"):
+                    peak_worker = max(peak_worker, memory.rss)
+                    title = title.split()[0].removeprefix("ray::")
+                    by_title[title] = max(by_title.get(title, 0), memory.rss)
+                    uss_by_title[title] = max(uss_by_title.get(title, 0), memory.uss)
             peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
             try:
                 proc.wait(timeout=POLL_SECONDS)
@@ -207,7 +216,16 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | 
             except subprocess.TimeoutExpired:
                 continue
         seconds = time.perf_counter() - started
-    return Measured(proc.returncode, seconds, peak_rss / MIB, peak_pss / MIB, peak_process / MIB, peak_worker / MIB)
+    return Measured(
+        proc.returncode,
+        seconds,
+        peak_rss / MIB,
+        peak_pss / MIB,
+        peak_process / MIB,
+        peak_worker / MIB,
+        {title: rss / MIB for title, rss in sorted(by_title.items())},
+        {title: uss / MIB for title, uss in sorted(uss_by_title.items())},
+    )
 
 
 def check(measured: Measured, tool: str, log: Path) -> None:
