@@ -69,6 +69,8 @@ class StageOutput:
     kept: pa.Table
     removed: pa.Table | None = None
     errors: pa.Table | None = None
+    # Extra additive counters, keyed by (metric, language, reason): what a stage counts beyond rows and bytes.
+    stats: dict[tuple[str, str | None, str | None], float] | None = None
 
 
 class Stage(Protocol):
@@ -298,6 +300,8 @@ def run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[st
             if result.errors is not None:
                 writers["errors"].write(conform(result.errors, ERROR_SCHEMA))
                 counters.count(result.errors, "error")
+            for (metric, language, reason), value in (result.stats or {}).items():
+                counters.add(metric, language, reason, value)
     except BaseException:
         for writer in writers.values():
             writer.abort()

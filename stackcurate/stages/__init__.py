@@ -90,6 +90,12 @@ def _dedup() -> StageSpec:
     return StageSpec("dedup", dedup.DedupConfig, dedup.DedupStage, plan_records, prepare=dedup.cluster)
 
 
+def _pii() -> StageSpec:
+    from stackcurate.stages import pii
+
+    return StageSpec("pii", pii.PiiConfig, pii.PiiStage, plan_records)
+
+
 _SPECS = {
     "ingest": _ingest,
     "license": _license,
@@ -97,6 +103,7 @@ _SPECS = {
     "filter": _filter,
     "decontaminate": _decontaminate,
     "dedup": _dedup,
+    "pii": _pii,
 }
 STAGE_ORDER = tuple(_SPECS)
 

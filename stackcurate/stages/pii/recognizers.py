@@ -1,0 +1,299 @@
+"""Code-aware pattern recognizers for presidio: emails, IP addresses, keys and tokens, passwords.
+
+Each recognizer is a presidio `EntityRecognizer`, so they sit in an `AnalyzerEngine` next to the encoder
+model's recognizer. They are written here rather than as presidio `PatternRecognizer`s because that class
+reports the whole regex match, and in code the secret is usually one group of it: the value in
+`password = "..."`, the address before `:8080`, the password in `postgres://user:pw@host`.
+
+Every result carries `recognition_metadata["detector"]` (`pattern:<rule>`), which the stage records with
+each redacted span. What is then *not* redacted (example emails, private IPs, keys that read like words)
+is decided after detection, by `rules.py`, for pattern and model results alike.
+"""
+
+import ipaddress
+import math
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from presidio_analyzer import EntityRecognizer, RecognizerResult
+from presidio_analyzer.nlp_engine import NlpArtifacts
+
+EMAIL, IP_ADDRESS, KEY, PASSWORD, NAME, USERNAME = "EMAIL", "IP_ADDRESS", "KEY", "PASSWORD", "NAME", "USERNAME"
+ENTITIES = (EMAIL, IP_ADDRESS, KEY, PASSWORD, NAME, USERNAME)
+DETECTOR = "detector"  # the recognition_metadata key naming the rule or model that found a span
+NAMED = "*"  # a Rule's group: the span is whichever named group matched, and the detector is named after it
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One regex and what its matches are.
+
+    Attributes:
+        name: The rule's name, recorded as `pattern:<name>` (for NAMED spans, the matching group's name).
+        regex: Finds candidates.
+        spans: (group, entity) for each span a match gives; the group is a number, a name, or NAMED.
+        score: The presidio score of its results.
+        check: Keeps a match only if `check(match, text)` holds.
+        refine: Searched inside each candidate (the spans' groups then refer to it): a fast, simple `regex`
+            finds the few places worth the slow one.
+    """
+
+    name: str
+    regex: re.Pattern[str]
+    spans: tuple[tuple[int | str, str], ...]
+    score: float = 0.9
+    check: Callable[[re.Match[str], str], bool] | None = None
+    refine: re.Pattern[str] | None = None
+
+
+class RegexRecognizer(EntityRecognizer):
+    """A presidio recognizer running a list of :class:`Rule`s."""
+
+    def __init__(self, name: str, rules: list[Rule]) -> None:
+        self.rules = rules
+        entities = sorted({entity for r in rules for _, entity in r.spans})
+        super().__init__(supported_entities=entities, name=name, supported_language="en", version="1")
+
+    def load(self) -> None:
+        pass
+
+    def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list:
+        results = []
+        for rule in self.rules:
+            if entities and not any(entity in entities for _, entity in rule.spans):
+                continue
+            for match in rule.regex.finditer(text):
+                offset = 0
+                if rule.refine is not None:
+                    offset = match.start()
+                    match = rule.refine.search(match.group(0))
+                    if match is None:
+                        continue
+                if rule.check is not None and not rule.check(match, text):
+                    continue
+                for group, entity in rule.spans:
+                    if entities and entity not in entities:
+                        continue
+                    group = match.lastgroup if group == NAMED else group
+                    start, end = match.span(group or 0)
+                    if start < 0 or end <= start:
+                        continue
+                    metadata = {
+                        RecognizerResult.RECOGNIZER_NAME_KEY: self.name,
+                        RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id,
+                        DETECTOR: f"pattern:{group if isinstance(group, str) else rule.name}",
+                    }
+                    result = RecognizerResult(entity, start + offset, end + offset, rule.score)
+                    result.recognition_metadata = metadata
+                    results.append(result)
+        return results
+
+
+def shannon_entropy(value: str) -> float:
+    """Bits per character of `value`'s own character distribution."""
+    if not value:
+        return 0.0
+    counts = Counter(value)
+    n = len(value)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+# --- emails -------------------------------------------------------------------------------------------------
+
+_EMAIL = re.compile(
+    r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
+)
+
+
+_URL_USER_BEFORE = re.compile(r"://[^\s/@:]*:$")
+
+
+def _is_email(match: re.Match[str], text: str) -> bool:
+    """The domain ends in a real public suffix (`foo@2x.png` is a file name, not an email), and it is not the
+    `password@host` end of a `scheme://user:password@host` URL."""
+    start = match.start()
+    if _URL_USER_BEFORE.search(text, max(0, start - 80), start):
+        return False
+    return bool(_tld_extract()(match.group(0).rsplit("@", 1)[1]).suffix)
+
+
+_TLD: list = []
+
+
+def _tld_extract() -> Callable:
+    """tldextract with the suffix list its package ships (no network: presidio's own email check downloads)."""
+    if not _TLD:
+        import tldextract
+
+        _TLD.append(tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None))
+    return _TLD[0]
+
+
+# --- IP addresses -------------------------------------------------------------------------------------------
+
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+# Not inside a longer dotted number (OIDs, versions with 5 parts), and never including a `:port`.
+_IPV4 = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.\d|/\d)")  # a `/16` network is no host
+_IPV6 = re.compile(r"(?<![\w:.])((?:[0-9A-Fa-f]{1,4}|:)?(?::[0-9A-Fa-f]{0,4}){2,7}(?:%\w+)?)(?![\w:])")
+_VERSION_BEFORE = re.compile(
+    r"(?i)(?:(?:version|ver|release|rev|section|chapter|§)\w*[\s\"']*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@)$"
+)
+_NETWORK_WORDS = re.compile(r"(?i)dns|server|host|\bip\b|addr|proxy|gateway|endpoint|connect|bind|listen")
+
+
+def _is_ipv4(match: re.Match[str], text: str) -> bool:
+    """Not a version number: BigCode's rule (a short x.y.z.w away from network words is a version),
+    and nothing like `version = "1.2.3.4"` or `==1.0.0.1` right before it."""
+    value, start = match.group(1), match.start(1)
+    if _VERSION_BEFORE.search(text[max(0, start - 16) : start]):
+        return False
+    if len(value) <= 7 and not _NETWORK_WORDS.search(text[max(0, start - 100) : match.end(1) + 100]):
+        return False
+    return True
+
+
+def _is_ipv6(match: re.Match[str], _text: str) -> bool:
+    """A valid address with three groups or more, digits in two: not `Face::Add` (C++), `dead:beef`, or a
+    Python slice like `x[1::2]`."""
+    value = match.group(1)
+    try:
+        ipaddress.IPv6Address(value.split("%", 1)[0])
+    except ValueError:
+        return False
+    groups = [part for part in value.split("%", 1)[0].split(":") if part]
+    return len(groups) >= 3 and sum(any(c.isdigit() for c in part) for part in groups) >= 2
+
+
+# --- keys and tokens ----------------------------------------------------------------------------------------
+
+# Well-known token formats (the vendors document their prefixes; detect-secrets and gitleaks use the same).
+_KEY_FORMATS: list[tuple[str, str]] = [
+    ("aws_access_key_id", r"\b((?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16})\b"),
+    ("google_api_key", r"\b(AIza[0-9A-Za-z_\-]{35})(?![\w-])"),
+    ("github_token", r"\b(gh[pousr]_[A-Za-z0-9]{36,255})\b"),
+    ("github_fine_grained_token", r"\b(github_pat_[A-Za-z0-9_]{60,255})\b"),
+    ("gitlab_token", r"\b(glpat-[A-Za-z0-9_\-]{20,})(?![\w-])"),
+    ("slack_token", r"\b(xox[abposr]-[A-Za-z0-9-]{10,})(?![\w-])"),
+    ("stripe_key", r"\b((?:sk|rk)_live_[0-9A-Za-z]{24,})\b"),
+    ("openai_key", r"\b(sk-(?:proj-)?[A-Za-z0-9_\-]{32,})(?![\w-])"),
+    ("huggingface_token", r"\b(hf_[A-Za-z]{34})\b"),
+    ("sendgrid_key", r"\b(SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})(?![\w-])"),
+    ("twilio_key", r"\b(SK[0-9a-f]{32})\b"),
+    ("npm_token", r"\b(npm_[A-Za-z0-9]{36})\b"),
+    ("pypi_token", r"\b(pypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,})(?![\w-])"),
+    ("jwt", r"\b(eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})(?![\w-])"),
+]
+# Tokens are runs of 20+ word characters, dashes and dots: found with one fast regex, then each run is
+# searched with the one for every format (the named group says which matched).
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9_\-.]{20,}")
+_TOKENS = re.compile("|".join(f"(?P<{name}>{regex.replace('(', '(?:', 1)})" for name, regex in _KEY_FORMATS))
+_SLACK_WEBHOOK = re.compile(r"https://hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/[A-Za-z0-9_]+")
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY((?: BLOCK)?)-----\s*\n(.+?)\n\s*-----END \1PRIVATE KEY\2-----", re.DOTALL
+)
+# `name = "`, `"name": "`, `name: '`, `name := "`, `$name => '`, `[name] = "` on one line.
+_ASSIGN = r"""["'`]?\]?[ \t]*(?::=|=>|=|:)[ \t]*[rbuf]?["'`]"""
+_KEY_WORDS = (
+    r"(?:api[_\-.]?key|apikey|secret(?:[_\-.]?key)?|access[_\-.]?key|auth[_\-.]?(?:key|token)|"
+    r"access[_\-.]?token|refresh[_\-.]?token|bearer|client[_\-.]?secret|private[_\-.]?key|token|"
+    r"consumer[_\-.]?(?:key|secret)|app[_\-.]?secret|signing[_\-.]?key|encryption[_\-.]?key)"
+)
+# `API_KEY = "..."`, `"client_secret": "..."`, `token: '...'`: a quoted value of 16 key characters or more
+# (found fast: it starts with a quote), then a key-like name assigned right before it.
+_HEX = re.compile(r"[0-9a-fA-F]+")
+_QUOTED_LONG = re.compile(r"""(?<=["'`])[A-Za-z0-9+/=_\-.~]{16,}(?=["'`])""")
+_KEY_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9]){_KEY_WORDS}[\w\-]*{_ASSIGN}$")
+_PASSWORD_WORDS = r"(?:password|passwd|passwrd|passphrase|pwd|db[_\-.]?pass|pass)"
+_QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{3,128}(?=["'`])""")
+_PASSWORD_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9]){_PASSWORD_WORDS}[\w\-]*{_ASSIGN}$")
+_CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")  # `USER_PASSWORD_AUTH = "USER_PASSWORD_AUTH"`: an enum, not a secret
+
+
+def _password_value(match: re.Match[str], text: str) -> bool:
+    return not _CONSTANT.fullmatch(match.group(0)) and _after(_PASSWORD_NAME_BEFORE)(match, text)
+
+
+def _after(name_before: re.Pattern[str]) -> Callable[[re.Match[str], str], bool]:
+    def check(match: re.Match[str], text: str) -> bool:
+        start = match.start()
+        return name_before.search(text, max(0, start - 64), start) is not None
+
+    return check
+
+
+def _random_looking(match: re.Match[str], text: str) -> bool:
+    """Letters and digits, at least 3 bits of entropy per character, after a key-like name; hex shorter than
+    32 digits is an id or a short hash, not a key."""
+    value = match.group(0)
+    return (
+        not (len(value) < 32 and _HEX.fullmatch(value))
+        and any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+        and shannon_entropy(value) >= 3.0
+        and _after(_KEY_NAME_BEFORE)(match, text)
+    )
+
+
+# --- passwords ----------------------------------------------------------------------------------------------
+
+# `scheme://user:password@host` (databases, brokers, basic auth in URLs).
+_CONNECTION = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{1,64}):([^@/\s'\"<>{}]{3,128})@[\w.\-\[\]]+")
+# Unquoted values in config files (.env, INI, YAML, properties): `DB_PASSWORD=s3cr3t`, `password: s3cr3t`.
+_CONFIG_PASSWORD = re.compile(
+    rf"(?im)^[ \t]*(?:export[ \t]+)?[\w.\-]*{_PASSWORD_WORDS}[\w.\-]*[ \t]*[=:][ \t]*"
+    r"([^\s\"'#;,(){}\[\]$%<>]{3,})[ \t]*$"
+)
+_CONFIG_KEY = re.compile(
+    rf"(?im)^[ \t]*(?:export[ \t]+)?[\w.\-]*{_KEY_WORDS}[\w.\-]*[ \t]*[=:][ \t]*([A-Za-z0-9+/=_\-.~]{{16,}})[ \t]*$"
+)
+
+
+def _config_key(match: re.Match[str], text: str) -> bool:
+    value = match.group(1)
+    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value) and shannon_entropy(value) >= 3.0
+
+
+def code_recognizers() -> list[EntityRecognizer]:
+    """The recognizers for every file."""
+    return [
+        RegexRecognizer("EmailPattern", [Rule("email", _EMAIL, ((0, EMAIL),), 0.9, _is_email)]),
+        RegexRecognizer(
+            "IpPattern",
+            [
+                Rule("ipv4", _IPV4, ((1, IP_ADDRESS),), 0.85, _is_ipv4),
+                Rule("ipv6", _IPV6, ((1, IP_ADDRESS),), 0.85, _is_ipv6),
+            ],
+        ),
+        RegexRecognizer(
+            "KeyPattern",
+            [
+                Rule("token", _TOKEN_RUN, ((NAMED, KEY),), 0.95, refine=_TOKENS),
+                Rule("slack_webhook", _SLACK_WEBHOOK, ((0, KEY),), 0.95),
+                Rule("private_key_block", _PRIVATE_KEY, ((3, KEY),), 0.99),
+                Rule("key_assignment", _QUOTED_LONG, ((0, KEY),), 0.8, _random_looking),
+            ],
+        ),
+        RegexRecognizer(
+            "PasswordPattern",
+            [
+                Rule("password_assignment", _QUOTED, ((0, PASSWORD),), 0.85, _password_value),
+                Rule("connection_string", _CONNECTION, ((1, USERNAME), (2, PASSWORD)), 0.9),
+            ],
+        ),
+    ]
+
+
+def config_recognizers() -> list[EntityRecognizer]:
+    """Extra recognizers for config files, where values go unquoted."""
+    return [
+        RegexRecognizer(
+            "ConfigPattern",
+            [
+                Rule("config_password", _CONFIG_PASSWORD, ((1, PASSWORD),), 0.8),
+                Rule("config_key", _CONFIG_KEY, ((1, KEY),), 0.75, _config_key),
+            ],
+        )
+    ]
