@@ -71,6 +71,8 @@ def test_license_emails_are_spared_but_author_emails_are_not(detector):
 
 def test_public_ipv4_without_its_port(detector):
     assert found(detector, 'connect("34.120.18.7:8443")') == [("IP_ADDRESS", "34.120.18.7")]
+    # `ver` inside SERVER is no version marker (the generated evaluation set found this)
+    assert found(detector, "SERVER = '54.7.200.237'") == [("IP_ADDRESS", "54.7.200.237")]
 
 
 def test_private_documentation_and_dns_addresses_are_spared(detector):

@@ -139,7 +139,7 @@ _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 _IPV4 = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.\d|/\d)")  # a `/16` network is no host
 _IPV6 = re.compile(r"(?<![\w:.])((?:[0-9A-Fa-f]{1,4}|:)?(?::[0-9A-Fa-f]{0,4}){2,7}(?:%\w+)?)(?![\w:])")
 _VERSION_BEFORE = re.compile(
-    r"(?i)(?:(?:version|ver|release|rev|section|chapter|§)\w*[\s\"']*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@)$"
+    r"(?i)(?:(?<![a-z])(?:version|ver|release|rev|section|chapter|§)\w*[\s\"']*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@)$"
 )
 _NETWORK_WORDS = re.compile(r"(?i)dns|server|host|\bip\b|addr|proxy|gateway|endpoint|connect|bind|listen")
 
