@@ -27,7 +27,6 @@ Writes benchmarks/results/dedup_<scale>.json and prints a Markdown table.
 import argparse
 import codecs
 import dataclasses
-import hashlib
 import json
 import os
 import platform
@@ -44,6 +43,8 @@ import dedup_truth
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from stackcurate.stages.ingest.content import sha1_hex
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,7 +82,7 @@ ROT13_ID_OFFSET = 1 << 62  # above any doc_id of the original: (source_index << 
 def rot13(table: pa.Table) -> pa.Table:
     """New doc_ids and blob_ids, content letters rotated: no shingle in common with the original."""
     texts = [codecs.encode(t, "rot13") for t in table.column("content").to_pylist()]
-    blobs = [hashlib.sha1(b"blob %d\0" % len(b) + b).hexdigest() for b in (t.encode() for t in texts)]
+    blobs = [sha1_hex(t.encode()) for t in texts]  # blob_id as ingest computes it
     columns = {
         "doc_id": pc.add(table.column("doc_id"), ROT13_ID_OFFSET),
         "content": pa.array(texts, table.schema.field("content").type),

@@ -23,15 +23,18 @@ import argparse
 import functools
 import hashlib
 import random
+import re
 import string
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ENTITIES = ("EMAIL", "IP_ADDRESS", "KEY", "PASSWORD", "NAME", "USERNAME")
+from stackcurate.stages.ingest.content import extension_of
+from stackcurate.stages.pii.recognizers import ENTITIES
+
 LOCALES = ("en_US", "en_GB", "de_DE", "fr_FR", "es_ES", "it_IT", "pt_BR", "pl_PL", "ru_RU", "ja_JP", "zh_CN", "tr_TR")
 COMMENT = {  # extension -> line comment
     "py": "#", "sh": "#", "rb": "#", "pl": "#", "r": "#", "yaml": "#", "yml": "#", "toml": "#", "cfg": "#",
@@ -53,16 +56,53 @@ SCHEMA = pa.schema(
 )
 
 
+# Snippets as data. `{NAME}`, `{EMAIL}`... (an entity) is a labelled value; a lower-case field is an unlabelled
+# one (`{c}`: the file's line comment, `{q}`: a quote, `{name}`: a name that is not PII here, ...).
+CODE_TEMPLATES = (
+    "{c} Author: {NAME} <{EMAIL}>\n",
+    "{c} Signed-off-by: {NAME} <{EMAIL}>\n",
+    "{c} Thanks to {NAME} (@{USERNAME}) for the report.\n",
+    "{c} TODO({USERNAME}): handle the empty case\n",
+    "{c} @author {NAME}\n",
+    "author = {q}{NAME}{q}\nauthor_email = {q}{EMAIL}{q}\n",
+    "password = {q}{PASSWORD}{q}\n",
+    "client = connect(user={q}{USERNAME}{q}, password={q}{PASSWORD}{q})\n",
+    "api_key = {q}{KEY}{q}\n",
+    'headers = {"Authorization": "Bearer {KEY}"}\n',
+    "SERVER = {q}{IP_ADDRESS}{q}\n",
+    "{c} contact {EMAIL} for access\n",
+    "{c} Maintained by {NAME} ({USERNAME} on GitHub)\n",
+    'url = "mysql://{USERNAME}:{PASSWORD}@db.internal/prod"\n',
+)
+CONFIG_TEMPLATES = (
+    "DB_PASSWORD={PASSWORD}\n",
+    "{key_name}={KEY}\n",
+    "SMTP_USER={EMAIL}\nSMTP_PASS={PASSWORD}\n",
+    "host: {IP_ADDRESS}\nuser: {USERNAME}\n",
+    "DATABASE_URL=postgres://{USERNAME}:{PASSWORD}@{IP_ADDRESS}:5432/app\n",
+    "admin_email: {EMAIL}\n",
+)
+NEGATIVE_TEMPLATES = {  # kind -> a line that looks like PII and is labelled as nothing
+    "example_email": 'DEFAULT_FROM = "{example_mailbox}@example.com"\n',
+    "private_ip": 'bind = "{private_ip}"\n',
+    "version": '__version__ = "{version}"\n',
+    "hash": 'sha1 = "{sha1}"\n',
+    "uuid": 'request_id = "{uuid}"\n',
+    "url": "{c} see https://{domain}/docs/{word}\n",
+    "path": 'CONFIG = "/etc/{word}/{word}.conf"\n',
+    "placeholder": "{placeholder}\n",
+    "license_name": "{c} Copyright (c) {year} {name}\n",
+    "dns": 'resolver = "{dns}"\n',
+}
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
 @dataclass
 class Snippet:
-    """Text to plant, built piece by piece so that every labelled value's offsets are known."""
+    """Text to plant, in parts, so that every labelled value's offsets are known."""
 
-    parts: list[tuple[str, str | None]] = field(default_factory=list)  # (text, entity or None)
-    negative: str | None = None
-
-    def add(self, text: str, entity: str | None = None) -> "Snippet":
-        self.parts.append((text, entity))
-        return self
+    parts: list[tuple[str, str | None]]  # (text, entity or None)
+    negative: str | None = None  # the kind of hard negative, if it is one
 
 
 class Values:
@@ -110,6 +150,28 @@ class Values:
         word = self.en.word().capitalize()
         return f"{word}{self.rng.randint(1, 9999)}{self.rng.choice('!@#$%&*?')}"
 
+    def makers(self, comment: str) -> dict[str, Callable[[], str]]:
+        """What each template field draws: the entities, then unlabelled look-alikes and context."""
+        quote = self.rng.choice(['"', "'"])  # one quote style per snippet
+        return {
+            "NAME": self.name, "EMAIL": self.email, "USERNAME": self.username, "PASSWORD": self.password,
+            "KEY": self.key, "IP_ADDRESS": self.public_ip,
+            "c": lambda: comment, "q": lambda: quote, "name": self.name, "word": self.en.word,
+            "domain": self.en.domain_name, "uuid": lambda: str(self.en.uuid4()),
+            "year": lambda: str(self.rng.randint(1995, 2025)),
+            "key_name": lambda: self.rng.choice(["API_KEY", "SECRET_KEY", "STRIPE_KEY", "AUTH_TOKEN"]),
+            "example_mailbox": lambda: self.rng.choice(["user", "name", "you", "noreply"]),
+            "private_ip": lambda: f"{self.rng.choice(['10.0', '192.168', '172.16'])}.{self.rng.randint(1, 254)}"
+            f".{self.rng.randint(1, 254)}",
+            "version": lambda: ".".join(str(self.rng.randint(0, n)) for n in (9, 20, 9, 99)),
+            "sha1": lambda: self.chars("0123456789abcdef", 40),
+            "dns": lambda: self.rng.choice(["8.8.8.8", "1.1.1.1", "9.9.9.9"]),
+            "placeholder": lambda: self.rng.choice(
+                ['api_key = "YOUR_API_KEY"', 'password = "<password>"', 'token = "${GITHUB_TOKEN}"',
+                 'secret = "changeme"']
+            ),
+        }  # fmt: skip
+
     def chars(self, alphabet: str, n: int) -> str:
         return "".join(self.rng.choice(alphabet) for _ in range(n))
 
@@ -134,130 +196,26 @@ class Values:
 # --- snippets ----------------------------------------------------------------------------------------------
 
 
-def positive(v: Values, c: str, config: bool) -> Snippet:
-    """One snippet with PII, in a context where it occurs in real code."""
-    s = Snippet()
-    if config:
-        kind = v.rng.randrange(6)
-        if kind == 0:
-            return s.add("DB_PASSWORD=").add(v.password(), "PASSWORD").add("\n")
-        if kind == 1:
-            return (
-                s.add(v.rng.choice(["API_KEY", "SECRET_KEY", "STRIPE_KEY", "AUTH_TOKEN"]) + "=")
-                .add(v.key(), "KEY")
-                .add("\n")
-            )
-        if kind == 2:
-            return (
-                s.add("SMTP_USER=").add(v.email(), "EMAIL").add("\nSMTP_PASS=").add(v.password(), "PASSWORD").add("\n")
-            )
-        if kind == 3:
-            return (
-                s.add("host: ")
-                .add(v.public_ip(), "IP_ADDRESS")
-                .add("\nuser: ")
-                .add(v.username(), "USERNAME")
-                .add("\n")
-            )
-        if kind == 4:
-            return (
-                s.add("DATABASE_URL=postgres://")
-                .add(v.username(), "USERNAME")
-                .add(":")
-                .add(v.password(), "PASSWORD")
-                .add("@")
-                .add(v.public_ip(), "IP_ADDRESS")
-                .add(":5432/app\n")
-            )
-        return s.add("admin_email: ").add(v.email(), "EMAIL").add("\n")
-    kind = v.rng.randrange(14)
-    q = v.rng.choice(['"', "'"])
-    if kind == 0:
-        return s.add(f"{c} Author: ").add(v.name(), "NAME").add(" <").add(v.email(), "EMAIL").add(">\n")
-    if kind == 1:
-        return s.add(f"{c} Signed-off-by: ").add(v.name(), "NAME").add(" <").add(v.email(), "EMAIL").add(">\n")
-    if kind == 2:
-        return (
-            s.add(f"{c} Thanks to ")
-            .add(v.name(), "NAME")
-            .add(" (@")
-            .add(v.username(), "USERNAME")
-            .add(") for the report.\n")
-        )
-    if kind == 3:
-        return s.add(f"{c} TODO(").add(v.username(), "USERNAME").add("): handle the empty case\n")
-    if kind == 4:
-        return s.add(f"{c} @author ").add(v.name(), "NAME").add("\n")
-    if kind == 5:
-        return (
-            s.add(f"author = {q}")
-            .add(v.name(), "NAME")
-            .add(f"{q}\nauthor_email = {q}")
-            .add(v.email(), "EMAIL")
-            .add(f"{q}\n")
-        )
-    if kind == 6:
-        return s.add(f"password = {q}").add(v.password(), "PASSWORD").add(f"{q}\n")
-    if kind == 7:
-        return (
-            s.add(f"client = connect(user={q}")
-            .add(v.username(), "USERNAME")
-            .add(f"{q}, password={q}")
-            .add(v.password(), "PASSWORD")
-            .add(f"{q})\n")
-        )
-    if kind == 8:
-        return s.add(f"api_key = {q}").add(v.key(), "KEY").add(f"{q}\n")
-    if kind == 9:
-        return s.add('headers = {"Authorization": "Bearer ').add(v.key(), "KEY").add('"}\n')
-    if kind == 10:
-        return s.add(f"SERVER = {q}").add(v.public_ip(), "IP_ADDRESS").add(f"{q}\n")
-    if kind == 11:
-        return s.add(f"{c} contact ").add(v.email(), "EMAIL").add(" for access\n")
-    if kind == 12:
-        return (
-            s.add(f"{c} Maintained by ")
-            .add(v.name(), "NAME")
-            .add(" (")
-            .add(v.username(), "USERNAME")
-            .add(" on GitHub)\n")
-        )
-    return (
-        s.add('url = "mysql://')
-        .add(v.username(), "USERNAME")
-        .add(":")
-        .add(v.password(), "PASSWORD")
-        .add('@db.internal/prod"\n')
-    )
+def fill(template: str, values: dict[str, Callable[[], str]]) -> list[tuple[str, str | None]]:
+    """The template's parts, each field replaced by a fresh value (labelled if the field is an entity)."""
+    parts: list[tuple[str, str | None]] = []
+    pos = 0
+    for field in _FIELD.finditer(template):
+        name = field.group(1)
+        parts.append((template[pos : field.start()], None))
+        parts.append((values[name](), name if name in ENTITIES else None))
+        pos = field.end()
+    parts.append((template[pos:], None))
+    return [part for part in parts if part[0]]
 
 
-def negative(v: Values, c: str) -> Snippet:
-    """One hard negative: looks like PII, labelled as nothing."""
-    kind = v.rng.randrange(10)
-    s = Snippet(negative=["example_email", "private_ip", "version", "hash", "uuid", "url", "path", "placeholder",
-                          "license_name", "dns"][kind])  # fmt: skip
-    if kind == 0:
-        return s.add(f'DEFAULT_FROM = "{v.rng.choice(["user", "name", "you", "noreply"])}@example.com"\n')
-    if kind == 1:
-        prefix = v.rng.choice(["10.0", "192.168", "172.16"])
-        return s.add(f'bind = "{prefix}.{v.rng.randint(1, 254)}.{v.rng.randint(1, 254)}"\n')
-    if kind == 2:
-        parts = [v.rng.randint(0, 9), v.rng.randint(0, 20), v.rng.randint(0, 9), v.rng.randint(0, 99)]
-        return s.add(f'__version__ = "{".".join(map(str, parts))}"\n')
-    if kind == 3:
-        return s.add(f'sha1 = "{v.chars("0123456789abcdef", 40)}"\n')
-    if kind == 4:
-        return s.add(f'request_id = "{v.en.uuid4()}"\n')
-    if kind == 5:
-        return s.add(f"{c} see https://{v.en.domain_name()}/docs/{v.en.word()}\n")
-    if kind == 6:
-        return s.add(f'CONFIG = "/etc/{v.en.word()}/{v.en.word()}.conf"\n')
-    if kind == 7:
-        return s.add(v.rng.choice(['api_key = "YOUR_API_KEY"\n', 'password = "<password>"\n',
-                                   'token = "${GITHUB_TOKEN}"\n', 'secret = "changeme"\n']))  # fmt: skip
-    if kind == 8:
-        return s.add(f"{c} Copyright (c) {v.rng.randint(1995, 2025)} {v.name()}\n")
-    return s.add(f'resolver = "{v.rng.choice(["8.8.8.8", "1.1.1.1", "9.9.9.9"])}"\n')
+def snippet(v: Values, comment: str, config: bool) -> Snippet:
+    """One snippet: a third are hard negatives; the others put PII where it occurs in real code."""
+    values = v.makers(comment)
+    if v.rng.random() < 1 / 3:
+        kind = v.rng.choice(list(NEGATIVE_TEMPLATES))
+        return Snippet(fill(NEGATIVE_TEMPLATES[kind], values), negative=kind)
+    return Snippet(fill(v.rng.choice(CONFIG_TEMPLATES if config else CODE_TEMPLATES), values))
 
 
 # --- examples ----------------------------------------------------------------------------------------------
@@ -271,11 +229,11 @@ def split_of(repo: str) -> str:
 @functools.cache
 def host_files(split: str) -> tuple[tuple[str, str], ...]:
     """(path, text) of the real code on this machine (the embedded sample's sources) in `split`."""
-    from stackcurate.sample import _candidates
+    from stackcurate.sample import source_files
 
     out = []
-    for repo, path, full in _candidates():
-        ext = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    for repo, path, full in source_files():
+        ext = extension_of(path).lower()
         if ext not in CODE_EXTENSIONS or split_of(repo) != split:
             continue
         try:
@@ -287,42 +245,37 @@ def host_files(split: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
 def example(v: Values, path: str, text: str, max_lines: int = 40) -> dict:
-    """A window of `text` with 1-3 snippets planted at line boundaries (a third of them hard negatives)."""
-    ext = path.rsplit(".", 1)[-1].lower()
+    """A window of `text` with 1-3 snippets planted at line boundaries, each line of a snippet at the
+    indentation of the line before it."""
+    ext = extension_of(path).lower()
     config = ext in ("yaml", "yml", "toml", "cfg") and v.rng.random() < 0.5
     lines = text.splitlines(keepends=True)
     start = v.rng.randrange(max(1, len(lines) - max_lines))
     window = lines[start : start + v.rng.randint(8, max_lines)]
-    snippets = [
-        negative(v, COMMENT[ext]) if v.rng.random() < 1 / 3 else positive(v, COMMENT[ext], config)
-        for _ in range(v.rng.randint(1, 3))
-    ]
+    snippets = [snippet(v, COMMENT[ext], config) for _ in range(v.rng.randint(1, 3))]
     at = sorted(v.rng.randrange(len(window) + 1) for _ in snippets)
     pieces: list[tuple[str, str | None]] = []
     cursor = 0
-    for line_index, snippet in zip(at, snippets, strict=True):
-        pieces.append(("".join(window[cursor:line_index]), None))
-        indent = (
-            window[line_index - 1][: len(window[line_index - 1]) - len(window[line_index - 1].lstrip())]
-            if (line_index > 0)
-            else ""
-        )
-        pieces.append((indent, None))
-        # every line of the snippet at the indentation of the line before it
-        for piece, entity in snippet.parts:
+    for line_index, planted in zip(at, snippets, strict=True):
+        indent = _indent(window[line_index - 1]) if line_index > 0 else ""
+        pieces.append(("".join(window[cursor:line_index]) + indent, None))
+        for piece, entity in planted.parts:
             inner = piece[:-1].replace("\n", "\n" + indent) + piece[-1:] if entity is None else piece
             pieces.append((inner, entity))
         cursor = line_index
     pieces.append(("".join(window[cursor:]), None))
-    out, spans, pos = [], [], 0
+    spans, pos = [], 0
     for piece, entity in pieces:
         if entity is not None:
             spans.append({"entity": entity, "start": pos, "end": pos + len(piece)})
-        out.append(piece)
         pos += len(piece)
     return {
-        "text": "".join(out),
+        "text": "".join(piece for piece, _ in pieces),
         "path": path,
         "spans": spans,
         "negatives": [s.negative for s in snippets if s.negative],

@@ -84,7 +84,7 @@ def _roots() -> list[tuple[str, Path]]:
     return [("python/cpython-lib", stdlib), ("python/cpython-include", Path(paths["include"])), ("site", site)]
 
 
-def _candidates() -> list[tuple[str, str, Path]]:
+def source_files() -> list[tuple[str, str, Path]]:
     """(repo_name, path in repo, file) for every small regular file under the roots."""
     found = []
     for name, root in _roots():
@@ -114,7 +114,7 @@ def build_sample(out: str | Path, *, max_bytes: int = 20_000_000, max_files: int
     (out / "content").mkdir(parents=True)
     (out / "metadata").mkdir()
     rows, total = [], 0
-    for repo, path, full in _candidates():
+    for repo, path, full in source_files():
         if len(rows) >= max_files or total >= max_bytes:
             break
         data = full.read_bytes()

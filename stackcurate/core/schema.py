@@ -87,6 +87,13 @@ def empty_table(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()
 
 
+def put_column(table: pa.Table, field: pa.Field | str, column: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """`table` with `column` under `field`'s name: replacing a column of that name, else appended."""
+    name = field if isinstance(field, str) else field.name
+    index = table.schema.get_field_index(name)
+    return table.set_column(index, field, column) if index >= 0 else table.append_column(field, column)
+
+
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Return `table` with exactly `schema`'s columns, in order; missing columns become nulls."""
     columns = []

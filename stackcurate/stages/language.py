@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stackcurate.core.config import option
+from stackcurate.core.schema import put_column
 from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
 from stackcurate.core.tables import read_name_list
 
@@ -64,8 +65,7 @@ def detect(table: pa.Table) -> pa.Table:
         "is_generated": pa.array(generated, pa.bool_()),
     }
     for name, column in columns.items():
-        index = table.schema.get_field_index(name)
-        table = table.set_column(index, name, column) if index >= 0 else table.append_column(name, column)
+        table = put_column(table, name, column)
     return table
 
 

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.schema import put_column
 from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
 from stackcurate.core.text import as_texts
 from stackcurate.stages.filter import notebooks, scores
@@ -114,9 +115,7 @@ class FilterStage:
         )
         values = self._scores(table, text, languages, extensions)
         for name in self.score_names:
-            column = pa.array(values[name], pa.float64())
-            index = table.schema.get_field_index(name)
-            table = table.set_column(index, name, column) if index >= 0 else table.append_column(name, column)
+            table = put_column(table, name, pa.array(values[name], pa.float64()))
         reasons = decide(self.rules, values, languages, extensions)
         details: list[str | None] = [None] * table.num_rows
         for i, why in unreadable:
@@ -216,6 +215,5 @@ def _convert_notebooks(table: pa.Table) -> tuple[pa.Table, list[tuple[int, str]]
         pa.array(cells, NOTEBOOK_FIELDS[2].type),
     ]
     for field, column in zip(NOTEBOOK_FIELDS, columns, strict=True):
-        index = table.schema.get_field_index(field.name)
-        table = table.set_column(index, field, column) if index >= 0 else table.append_column(field, column)
+        table = put_column(table, field, column)
     return table, unreadable

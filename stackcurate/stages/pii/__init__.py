@@ -18,6 +18,7 @@ Example:
     stackcurate pii --out work/run --entities EMAIL KEY PASSWORD IP_ADDRESS
 """
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,7 +27,9 @@ import pyarrow as pa
 
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.schema import put_column
 from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema
+from stackcurate.stages.ingest.content import extension_of
 from stackcurate.stages.pii import recognizers, redact, rules
 from stackcurate.stages.pii.recognizers import DETECTOR, ENTITIES
 
@@ -82,9 +85,10 @@ def analyzer() -> "AnalyzerEngine":
 
 
 def is_config(path: str | None, extension: str | None, language: str | None) -> bool:
-    name = (path or "").rsplit("/", 1)[-1].lower()
-    ext = (extension or name.rsplit(".", 1)[-1] if "." in name else extension or "").lower()
-    return language in CONFIG_LANGUAGES or ext in CONFIG_EXTENSIONS or name.startswith(".env")
+    """Whether a file's values may go unquoted: by enry language, extension, or a `.env*` name."""
+    path = path or ""
+    ext = (extension or extension_of(path)).lower()
+    return language in CONFIG_LANGUAGES or ext in CONFIG_EXTENSIONS or path.rsplit("/", 1)[-1].startswith(".env")
 
 
 class Detector:
@@ -136,24 +140,16 @@ class PiiStage:
         return schema.set(index, SPANS_FIELD) if index >= 0 else schema.append(SPANS_FIELD)
 
     def __call__(self, table: pa.Table) -> StageOutput:
-        n = table.num_rows
-        column = lambda name: table.column(name).to_pylist() if name in table.column_names else [None] * n  # noqa: E731
         texts, paths, extensions, languages = (
-            column("content"),
-            column("path"),
-            column("extension"),
-            column("language"),
+            table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
+            for name in ("content", "path", "extension", "language")
         )
-        stats: dict[tuple[str, str | None, str | None], float] = {}
+        stats: Counter[tuple[str, str | None, str | None]] = Counter()
         out_texts, out_spans = [], []
         for text, path, ext, language in zip(texts, paths, extensions, languages, strict=True):
-            if not text:
-                out_texts.append(text)
-                out_spans.append([])
-                continue
-            spans, spared = self.detector.find(text, is_config(path, ext, language))
+            spans, spared = self.detector.find(text, is_config(path, ext, language)) if text else ([], [])
             with_ = redact.replacements(text, spans)
-            out_texts.append(redact.redact(text, spans, with_))
+            out_texts.append(redact.redact(text, spans, with_) if spans else text)
             out_spans.append(
                 [
                     {"entity": s.entity, "start": s.start, "end": s.end, "detector": s.detector,
@@ -161,18 +157,9 @@ class PiiStage:
                     for s, r in zip(spans, with_, strict=True)
                 ]
             )  # fmt: skip
-            for key in [("spans_redacted", language, s.entity) for s in spans] + [
-                ("spans_spared", language, r) for r in spared
-            ]:
-                stats[key] = stats.get(key, 0.0) + 1
-        table = table.set_column(
-            table.schema.get_field_index("content"), "content", pa.array(out_texts, table.schema.field("content").type)
-        )
-        spans_column = pa.array(out_spans, SPANS_FIELD.type)
-        index = table.schema.get_field_index(SPANS_FIELD.name)
-        table = (
-            table.set_column(index, SPANS_FIELD, spans_column)
-            if index >= 0
-            else table.append_column(SPANS_FIELD, spans_column)
-        )
-        return StageOutput(kept=table, stats=stats)
+            stats.update(("spans_redacted", language, s.entity) for s in spans)
+            stats.update(("spans_spared", language, reason) for reason in spared)
+        content = table.schema.field("content")
+        table = put_column(table, content, pa.array(out_texts, content.type))
+        table = put_column(table, SPANS_FIELD, pa.array(out_spans, SPANS_FIELD.type))
+        return StageOutput(kept=table, stats={key: float(n) for key, n in stats.items()})

@@ -10,6 +10,7 @@ each redacted span. What is then *not* redacted (example emails, private IPs, ke
 is decided after detection, by `rules.py`, for pattern and model results alike.
 """
 
+import functools
 import ipaddress
 import math
 import re
@@ -37,7 +38,8 @@ class Rule:
         score: The presidio score of its results.
         check: Keeps a match only if `check(match, text)` holds.
         refine: Searched inside each candidate (the spans' groups then refer to it): a fast, simple `regex`
-            finds the few places worth the slow one.
+            finds the few places worth the slow one. A rule with `refine` has no `check` (whose match is
+            one of `text`).
     """
 
     name: str
@@ -46,6 +48,9 @@ class Rule:
     score: float = 0.9
     check: Callable[[re.Match[str], str], bool] | None = None
     refine: re.Pattern[str] | None = None
+
+    def __post_init__(self) -> None:
+        assert self.refine is None or self.check is None, f"rule {self.name}: refine and check do not mix"
 
 
 class RegexRecognizer(EntityRecognizer):
@@ -91,6 +96,11 @@ class RegexRecognizer(EntityRecognizer):
         return results
 
 
+def _preceded_by(pattern: re.Pattern[str], start: int, text: str, window: int) -> bool:
+    """`pattern` (anchored with `$`) matches in the `window` characters of `text` before `start`."""
+    return pattern.search(text, max(0, start - window), start) is not None
+
+
 def shannon_entropy(value: str) -> float:
     """Bits per character of `value`'s own character distribution."""
     if not value:
@@ -106,30 +116,23 @@ _EMAIL = re.compile(
     r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
 )
-
-
 _URL_USER_BEFORE = re.compile(r"://[^\s/@:]*:$")
 
 
 def _is_email(match: re.Match[str], text: str) -> bool:
     """The domain ends in a real public suffix (`foo@2x.png` is a file name, not an email), and it is not the
     `password@host` end of a `scheme://user:password@host` URL."""
-    start = match.start()
-    if _URL_USER_BEFORE.search(text, max(0, start - 80), start):
+    if _preceded_by(_URL_USER_BEFORE, match.start(), text, 80):
         return False
     return bool(_tld_extract()(match.group(0).rsplit("@", 1)[1]).suffix)
 
 
-_TLD: list = []
-
-
+@functools.cache
 def _tld_extract() -> Callable:
     """tldextract with the suffix list its package ships (no network: presidio's own email check downloads)."""
-    if not _TLD:
-        import tldextract
+    import tldextract
 
-        _TLD.append(tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None))
-    return _TLD[0]
+    return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
 
 # --- IP addresses -------------------------------------------------------------------------------------------
@@ -148,11 +151,9 @@ def _is_ipv4(match: re.Match[str], text: str) -> bool:
     """Not a version number: BigCode's rule (a short x.y.z.w away from network words is a version),
     and nothing like `version = "1.2.3.4"` or `==1.0.0.1` right before it."""
     value, start = match.group(1), match.start(1)
-    if _VERSION_BEFORE.search(text[max(0, start - 16) : start]):
+    if _preceded_by(_VERSION_BEFORE, start, text, 16):
         return False
-    if len(value) <= 7 and not _NETWORK_WORDS.search(text[max(0, start - 100) : match.end(1) + 100]):
-        return False
-    return True
+    return len(value) > 7 or _NETWORK_WORDS.search(text, max(0, start - 100), match.end(1) + 100) is not None
 
 
 def _is_ipv6(match: re.Match[str], _text: str) -> bool:
@@ -203,57 +204,55 @@ _KEY_WORDS = (
 )
 # `API_KEY = "..."`, `"client_secret": "..."`, `token: '...'`: a quoted value of 16 key characters or more
 # (found fast: it starts with a quote), then a key-like name assigned right before it.
-_HEX = re.compile(r"[0-9a-fA-F]+")
 _QUOTED_LONG = re.compile(r"""(?<=["'`])[A-Za-z0-9+/=_\-.~]{16,}(?=["'`])""")
 _KEY_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9]){_KEY_WORDS}[\w\-]*{_ASSIGN}$")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+def _looks_random(value: str) -> bool:
+    """Letters and digits, at least 3 bits of entropy per character; hex shorter than 32 digits is an id or
+    a short hash, not a key."""
+    return (
+        not (len(value) < 32 and _HEX.fullmatch(value))
+        and any(c.isdigit() for c in value)
+        and any(c.isalpha() for c in value)
+        and shannon_entropy(value) >= 3.0
+    )
+
+
+def _key_value(match: re.Match[str], text: str) -> bool:
+    return _looks_random(match.group(0)) and _preceded_by(_KEY_NAME_BEFORE, match.start(), text, 64)
+
+
+# --- passwords ----------------------------------------------------------------------------------------------
+
 _PASSWORD_WORDS = r"(?:password|passwd|passwrd|passphrase|pwd|db[_\-.]?pass|pass)"
+# `password = "..."`: a quoted value, then a password-like name assigned right before it.
 _QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{3,128}(?=["'`])""")
 _PASSWORD_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9]){_PASSWORD_WORDS}[\w\-]*{_ASSIGN}$")
 _CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")  # `USER_PASSWORD_AUTH = "USER_PASSWORD_AUTH"`: an enum, not a secret
 
 
 def _password_value(match: re.Match[str], text: str) -> bool:
-    return not _CONSTANT.fullmatch(match.group(0)) and _after(_PASSWORD_NAME_BEFORE)(match, text)
+    return not _CONSTANT.fullmatch(match.group(0)) and _preceded_by(_PASSWORD_NAME_BEFORE, match.start(), text, 64)
 
-
-def _after(name_before: re.Pattern[str]) -> Callable[[re.Match[str], str], bool]:
-    def check(match: re.Match[str], text: str) -> bool:
-        start = match.start()
-        return name_before.search(text, max(0, start - 64), start) is not None
-
-    return check
-
-
-def _random_looking(match: re.Match[str], text: str) -> bool:
-    """Letters and digits, at least 3 bits of entropy per character, after a key-like name; hex shorter than
-    32 digits is an id or a short hash, not a key."""
-    value = match.group(0)
-    return (
-        not (len(value) < 32 and _HEX.fullmatch(value))
-        and any(c.isdigit() for c in value)
-        and any(c.isalpha() for c in value)
-        and shannon_entropy(value) >= 3.0
-        and _after(_KEY_NAME_BEFORE)(match, text)
-    )
-
-
-# --- passwords ----------------------------------------------------------------------------------------------
 
 # `scheme://user:password@host` (databases, brokers, basic auth in URLs).
 _CONNECTION = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{1,64}):([^@/\s'\"<>{}]{3,128})@[\w.\-\[\]]+")
-# Unquoted values in config files (.env, INI, YAML, properties): `DB_PASSWORD=s3cr3t`, `password: s3cr3t`.
-_CONFIG_PASSWORD = re.compile(
-    rf"(?im)^[ \t]*(?:export[ \t]+)?[\w.\-]*{_PASSWORD_WORDS}[\w.\-]*[ \t]*[=:][ \t]*"
-    r"([^\s\"'#;,(){}\[\]$%<>]{3,})[ \t]*$"
-)
-_CONFIG_KEY = re.compile(
-    rf"(?im)^[ \t]*(?:export[ \t]+)?[\w.\-]*{_KEY_WORDS}[\w.\-]*[ \t]*[=:][ \t]*([A-Za-z0-9+/=_\-.~]{{16,}})[ \t]*$"
-)
 
 
-def _config_key(match: re.Match[str], text: str) -> bool:
-    value = match.group(1)
-    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value) and shannon_entropy(value) >= 3.0
+def _config_line(words: str, value: str) -> re.Pattern[str]:
+    """A whole `NAME=value` / `name: value` line of a config file (.env, INI, YAML, properties) whose NAME
+    contains one of `words`; group 1 is the unquoted value."""
+    return re.compile(rf"(?im)^[ \t]*(?:export[ \t]+)?[\w.\-]*{words}[\w.\-]*[ \t]*[=:][ \t]*({value})[ \t]*$")
+
+
+_CONFIG_PASSWORD = _config_line(_PASSWORD_WORDS, r"[^\s\"'#;,(){}\[\]$%<>]{3,}")
+_CONFIG_KEY = _config_line(_KEY_WORDS, r"[A-Za-z0-9+/=_\-.~]{16,}")
+
+
+def _config_key(match: re.Match[str], _text: str) -> bool:
+    return _looks_random(match.group(1))
 
 
 def code_recognizers() -> list[EntityRecognizer]:
@@ -273,7 +272,7 @@ def code_recognizers() -> list[EntityRecognizer]:
                 Rule("token", _TOKEN_RUN, ((NAMED, KEY),), 0.95, refine=_TOKENS),
                 Rule("slack_webhook", _SLACK_WEBHOOK, ((0, KEY),), 0.95),
                 Rule("private_key_block", _PRIVATE_KEY, ((3, KEY),), 0.99),
-                Rule("key_assignment", _QUOTED_LONG, ((0, KEY),), 0.8, _random_looking),
+                Rule("key_assignment", _QUOTED_LONG, ((0, KEY),), 0.8, _key_value),
             ],
         ),
         RegexRecognizer(
