@@ -46,3 +46,24 @@ def test_train_and_eval_share_no_host_code():
     assert train and held_out and not train & held_out
     repos = lambda paths: {p.split("/", 1)[0] for p in paths}  # noqa: E731
     assert not repos(train) & repos(held_out)
+
+
+def test_evaluation_counts_exact_spans_only():
+    from pii_model import evaluate
+    from stackcurate.stages.pii import Detector, PiiConfig
+
+    text = 'contact = "ana.silva@fastmail.fm"\nhost = "34.120.18.7"\nDEFAULT = "user@example.com"\n'
+    rows = [
+        {
+            "text": text,
+            "path": "a/b.py",
+            "spans": [
+                {"entity": "EMAIL", "start": text.index("ana"), "end": text.index('"\nhost')},
+                {"entity": "NAME", "start": 0, "end": 7},  # not found
+            ],
+        }
+    ]
+    got = evaluate.evaluate(rows, Detector(PiiConfig()))
+    assert got["EMAIL"] == {"labels": 1, "false_positives": 0, "precision": 1.0, "recall": 1.0}
+    assert got["NAME"] == {"labels": 1, "false_positives": 0, "precision": 0.0, "recall": 0.0}
+    assert got["IP_ADDRESS"] == {"labels": 0, "false_positives": 1, "precision": 0.0, "recall": 0.0}
