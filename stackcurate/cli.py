@@ -93,6 +93,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="output folder of a run")
     p.set_defaults(handler=_cmd_stats)
 
+    p = sub.add_parser("pii-model", help="train or evaluate the PII encoder model (see pii_model/)")
+    model_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    from pii_model import evaluate, train
+
+    raw = argparse.RawDescriptionHelpFormatter
+    t = model_sub.add_parser(
+        "train", help="generate training data and train the model", description=train.__doc__, formatter_class=raw
+    )
+    t.add_argument("--out", help="model folder to write (default: the cached model that `pii: model: auto` uses)")
+    train.add_arguments(t)
+    t.set_defaults(handler=_cmd_pii_model_train)
+    e = model_sub.add_parser(
+        "eval", help="per-type precision and recall on the held-out set", description=evaluate.__doc__,
+        formatter_class=raw,
+    )  # fmt: skip
+    evaluate.add_arguments(e)
+    e.set_defaults(handler=_cmd_pii_model_eval)
+
     p = sub.add_parser("sample", help="build the embedded default input from code installed on this machine")
     p.add_argument("out", help="folder to write (replaced if it exists)")
     p.add_argument("--max-mb", type=float, default=20.0, help="total size of the sample, MB")
@@ -168,6 +186,22 @@ def _cmd_stats(args: argparse.Namespace) -> None:
     from stackcurate.query import run_query
 
     _print_relation(run_query(args.out, STATS_SQL), "table", 200)
+
+
+def _cmd_pii_model_train(args: argparse.Namespace) -> None:
+    from pii_model import train
+    from stackcurate.stages.pii import default_model
+
+    print(train.train(train.config_from(args), args.out or default_model()))
+
+
+def _cmd_pii_model_eval(args: argparse.Namespace) -> None:
+    from pii_model import evaluate
+    from stackcurate.stages.pii import default_model
+
+    if args.model == "auto":
+        args.model = str(default_model())
+    evaluate.run(args)
 
 
 def _cmd_sample(args: argparse.Namespace) -> None:

@@ -126,6 +126,7 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
                 address=opts.ray_address,
                 workers=opts.workers,
                 progress=opts.progress,
+                resources=spec.resources(cfg) if spec.resources is not None else None,
             )
         else:
             from stackcurate.runners import local

@@ -1,10 +1,12 @@
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TLDEXTRACT_PUBLIC_SUFFIX_LIST_URLS", "")
+os.environ["STACKCURATE_CACHE"] = tempfile.mkdtemp(prefix="stackcurate-cache-")  # never the user's models
 
 
 @pytest.fixture(scope="session")

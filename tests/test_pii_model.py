@@ -1,10 +1,36 @@
-"""The PII model's training data: real code with planted PII, exact labels, disjoint train and eval code."""
+"""The PII model: training data (real code with planted PII, exact labels, disjoint train and eval code), the
+gate, BIO labels and windows, a model trained in a small configuration end to end, first-use training."""
+
+import json
+import logging
+from pathlib import Path
 
 import pytest
+from helpers import make_table, read_all, write_records
 
 pytest.importorskip("faker")
+pytest.importorskip("torch")
 
-from pii_model import generate  # noqa: E402
+from pii_model import generate, train  # noqa: E402
+from stackcurate.core.errors import StackcurateError  # noqa: E402
+from stackcurate.pipeline import RunOptions, run_stage  # noqa: E402
+from stackcurate.stages import get_stage  # noqa: E402
+from stackcurate.stages.pii import Detector, PiiConfig, analyzer, default_model, resolve_model  # noqa: E402
+from stackcurate.stages.pii.model import (  # noqa: E402
+    LONG_LINE,
+    MODEL_ENTITIES,
+    EncoderModel,
+    EncoderRecognizer,
+    decode,
+    line_ranges,
+    load_tokenizer,
+    token_labels,
+    windows,
+)
+
+# Two MiniLM layers, 800 examples: enough to learn author headers, in about half a minute on CPU.
+SMALL = train.TrainConfig(layers=2, examples=800, epochs=2, lr=5e-4, batch_tokens=1024, seed=3)
+TINY = train.TrainConfig(base="tiny", examples=60, epochs=1, seed=4)
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +89,126 @@ def test_evaluation_counts_exact_spans_only():
             ],
         }
     ]
-    got = evaluate.evaluate(rows, Detector(PiiConfig()))
+    got = evaluate.evaluate(rows, Detector(PiiConfig(model="none")))
     assert got["EMAIL"] == {"labels": 1, "false_positives": 0, "precision": 1.0, "recall": 1.0}
     assert got["NAME"] == {"labels": 1, "false_positives": 0, "precision": 0.0, "recall": 0.0}
     assert got["IP_ADDRESS"] == {"labels": 0, "false_positives": 1, "precision": 0.0, "recall": 0.0}
+    assert got["example_emails_redacted"] == got["private_ips_redacted"] == 0
+    assert [evaluate._look_alike(v) for v in ("no-reply@example.org", "192.168.4.20", "34.120.18.7", "x")] == [
+        "example_email", "private_ip", None, None
+    ]  # fmt: skip
+
+
+# ---- the gate, BIO labels and windows ------------------------------------------------------------------------
+
+
+def test_gate_sends_people_and_secret_lines_only():
+    text = "import os\n# Author: Jan Kowalski\nx = compute(y)\n\npassword = 'Hunter2xyz!'\ntokens = split(s)\n"
+    assert [text[a:b] for a, b in line_ranges(text)] == ["# Author: Jan Kowalski", "password = 'Hunter2xyz!'"]
+    assert len(line_ranges(text, "all")) == 5  # every non-blank line
+    long = "x" * 2000 + " # by Maria Lopez " + "y" * 2000
+    ((start, end),) = line_ranges(long)
+    assert end - start <= LONG_LINE and "by Maria Lopez" in long[start:end]
+
+
+def test_bio_labels_round_trip_to_the_same_character_spans_after_multibyte_text():
+    text = "# 作者: 王伟 — Łukasz Żółkiewski <lz@poczta.pl>\nuser = 'zółw_42'  # ☃\n"
+    spans = [
+        ("NAME", text.index("Łukasz"), text.index(" <lz")),
+        ("EMAIL", text.index("lz@"), text.index(">")),
+        ("USERNAME", text.index("zółw"), text.index("'  #")),
+    ]
+    tokenizer = load_tokenizer(train.minilm_folder(), 128)
+    items = windows(tokenizer, [text], [line_ranges(text, "all")])
+    decoded = set()
+    for window in items:
+        labels = token_labels(window, spans)
+        assert labels[0] == labels[-1] == -100  # [CLS] and [SEP]
+        decoded |= {s[:3] for s in decode(window, [max(0, label) for label in labels], [1.0] * len(labels))}
+    assert decoded == set(spans)
+
+
+def test_a_line_longer_than_the_window_is_split_with_overlap():
+    text = " ".join(f"w{i}" for i in range(300)) + " by Anna Nowak"
+    tokenizer = load_tokenizer(train.minilm_folder(), 64)
+    items = windows(tokenizer, [text], [line_ranges(text, "all")])
+    assert len(items) > 1 and all(len(w.ids) <= 64 for w in items)
+    covered = {
+        w.offset + a for w in items for (a, b), special in zip(w.offsets, w.special, strict=True) if not special
+    }
+    assert text.index("Anna") in covered and 0 in covered
+
+
+# ---- a model trained end to end -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory) -> Path:
+    return train.train(SMALL, tmp_path_factory.mktemp("pii") / "small", progress=False)
+
+
+def test_training_lowers_the_loss_and_writes_a_model_folder(small_model):
+    report = json.loads((small_model / "train.json").read_text())
+    assert report["loss_last_tenth"] < report["loss_first_tenth"] / 3
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in small_model.iterdir()}
+    assert not small_model.with_name("small.tmp").exists()
+
+
+def test_small_model_finds_names_in_unseen_author_headers(small_model):
+    model = EncoderModel(small_model)
+    texts = [
+        "import sys\n# Author: Henrike Osterhagen <h.osterhagen@posteo.de>\nprint(sys.argv)\n",
+        "def f(x):\n    return x + 1\n",
+    ]
+    got = model.spans(texts)
+    names = [texts[0][s.start : s.end] for s in got[0] if s.entity == "NAME"]
+    assert names == ["Henrike Osterhagen"]
+    assert got[1] == []
+    assert all(s.detector == "model:small" and s.entity in MODEL_ENTITIES for s in got[0])
+
+
+def test_model_as_a_presidio_recognizer_reports_what_the_model_finds(small_model):
+    model = EncoderModel(small_model)
+    engine = analyzer()
+    engine.registry.add_recognizer(EncoderRecognizer(model))
+    text = "# Author: Henrike Osterhagen\n"
+    results = engine.analyze(text, language="en", entities=["NAME"])
+    assert [(r.start, r.end) for r in results] == [(s.start, s.end) for s in model.spans([text])[0]]
+    assert results and results[0].recognition_metadata["detector"] == "model:small"
+
+
+def test_stage_with_patterns_and_model(tmp_path, small_model):
+    text = "# Author: Henrike Osterhagen <h.osterhagen@posteo.de>\nx = 1\n"
+    records = write_records(tmp_path / "in", [make_table([("a.py", text)], language="Python")])
+    cfg = PiiConfig(model=str(small_model))
+    run_stage(get_stage("pii"), cfg, str(tmp_path / "out"), RunOptions(runner="local", progress=False),
+              input_uri=str(records))  # fmt: skip
+    out = read_all(tmp_path / "out" / "pii")
+    assert out.column("content").to_pylist() == ["# Author: <NAME> <<EMAIL>>\nx = 1\n"]
+    spans = out.column("pii_spans").to_pylist()[0]
+    assert [(s["entity"], s["detector"]) for s in spans] == [("NAME", "model:small"), ("EMAIL", "pattern:email")]
+
+
+def test_default_model_is_trained_on_first_use_and_says_so(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("STACKCURATE_CACHE", str(tmp_path))
+    monkeypatch.setattr(train, "DEFAULT", TINY)
+    with pytest.raises(StackcurateError, match="run `stackcurate pii-model train`"):
+        Detector(PiiConfig()).find("# Author: Jan Kowalski\n")
+    with caplog.at_level(logging.WARNING, logger="stackcurate.pii"):
+        cfg = resolve_model(PiiConfig(), progress=False)
+    assert cfg.model == str(default_model()) and (default_model() / "config.json").is_file()
+    assert "training the default one now" in caplog.text
+    assert resolve_model(PiiConfig(model="none")).model == "none"
+
+
+def test_a_folder_that_is_not_a_model_is_a_one_line_error(tmp_path):
+    with pytest.raises(StackcurateError, match="not a PII model folder"):
+        EncoderModel(tmp_path)
+
+
+def test_asking_for_more_gpus_than_the_cluster_has_is_a_one_line_error(tmp_path, ray_local):
+    records = write_records(tmp_path / "in", [make_table([("a.py", "x = 1\n")])])
+    cfg = PiiConfig(model=str(tmp_path), num_gpus=1)
+    with pytest.raises(StackcurateError, match="asked for 1 GPU"):
+        run_stage(get_stage("pii"), cfg, str(tmp_path / "out"), RunOptions(progress=False),
+                  input_uri=str(records))  # fmt: skip

@@ -21,9 +21,10 @@ from stackcurate.core.errors import StackcurateError
 C = TypeVar("C")
 
 
-def option(default: Any, help: str, *, path: bool = False) -> Any:  # noqa: A002 - mirrors argparse
-    """Declare a config field with its help text; `path=True` resolves it against the YAML's folder."""
-    return dataclasses.field(default=default, metadata={"help": help, "path": path})
+def option(default: Any, help: str, *, path: bool = False, keywords: tuple[str, ...] = ()) -> Any:  # noqa: A002
+    """Declare a config field with its help text; `path=True` resolves it against the YAML's folder, except
+    the values in `keywords` (`auto`, `none`: choices, not files)."""
+    return dataclasses.field(default=default, metadata={"help": help, "path": path, "keywords": keywords})
 
 
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
@@ -87,7 +88,8 @@ def build_config(cls: type[C], values: dict[str, Any] | None, *, base_dir: Path 
     kwargs = {}
     for name, value in values.items():
         coerced = _coerce(name, hints[name], value)
-        if fields[name].metadata.get("path") and coerced is not None:
+        meta = fields[name].metadata
+        if meta.get("path") and coerced is not None and coerced not in meta.get("keywords", ()):
             if isinstance(coerced, tuple):
                 coerced = tuple(_resolve_path(v, base_dir) for v in coerced)
             else:

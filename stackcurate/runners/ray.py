@@ -67,7 +67,9 @@ def run(
     address: str | None = None,
     workers: int | None = None,
     progress: bool = True,
+    resources: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
+    """Run `shards` in a pool of actors, one CPU each plus `resources` (`{"num_gpus": 1}`: one GPU each)."""
     init(address, workers)
     import ray
 
@@ -79,7 +81,16 @@ def run(
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)  # "progress bars disabled"
     ctx.print_on_execution_start = False
-    available = int(ray.cluster_resources().get("CPU", 1))
+    cluster = ray.cluster_resources()
+    available = int(cluster.get("CPU", 1))
+    num_gpus = (resources or {}).get("num_gpus", 0.0)
+    if num_gpus:
+        if cluster.get("GPU", 0) < num_gpus:
+            raise StackcurateError(
+                f"{out.stage}: asked for {num_gpus:g} GPU(s) per worker, but the Ray cluster has "
+                f"{cluster.get('GPU', 0):g}; pass --num-gpus 0 to run on CPU"
+            )
+        available = min(available, int(cluster["GPU"] // num_gpus))
     concurrency = max(1, min(workers or available, len(shards)))
     dataset = ray.data.from_items([asdict(s) for s in shards], override_num_blocks=len(shards)).map_batches(
         _ShardWorker,
@@ -88,6 +99,7 @@ def run(
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=concurrency),
         num_cpus=1,
+        num_gpus=num_gpus,
     )  # Ray Data restarts dead actors and retries their shards by default
     summaries: list[dict[str, Any]] = []
     with tqdm(

@@ -32,6 +32,8 @@ class StageSpec:
     # A stage with global work before its shards (dedup: signatures, buckets, clusters) does it here; it
     # returns the config the shards run with (naming what the preparation wrote).
     prepare: Callable[[Any, TaskContext], Any] | None = None
+    # Ray resources each worker of the stage needs beyond one CPU (pii: `{"num_gpus": ...}` for the model).
+    resources: Callable[[Any], dict[str, float]] | None = None
 
 
 def plan_records(cfg: Any, input_uri: str | None) -> list[Shard]:
@@ -93,7 +95,7 @@ def _dedup() -> StageSpec:
 def _pii() -> StageSpec:
     from stackcurate.stages import pii
 
-    return StageSpec("pii", pii.PiiConfig, pii.PiiStage, plan_records)
+    return StageSpec("pii", pii.PiiConfig, pii.PiiStage, plan_records, prepare=pii.prepare, resources=pii.resources)
 
 
 _SPECS = {

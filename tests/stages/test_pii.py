@@ -25,9 +25,12 @@ JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6Ik1hcmlhIn0.kH3x
 RANDOM_SECRET = "q7Vx2LmZ9pRt4WnY8kBa3Cs6"
 
 
+PATTERNS = PiiConfig(model="none")  # the model's own tests are in tests/test_pii_model.py
+
+
 @pytest.fixture(scope="module")
 def detector() -> Detector:
-    return Detector(PiiConfig())
+    return Detector(PATTERNS)
 
 
 def found(detector: Detector, text: str, config: bool = False) -> list[tuple[str, str]]:
@@ -207,7 +210,7 @@ def test_offsets_are_characters_after_multibyte_text(detector):
 
 
 def test_entities_limit_what_is_redacted():
-    only_keys = Detector(PiiConfig(entities=("KEY",)))
+    only_keys = Detector(PiiConfig(entities=("KEY",), model="none"))
     text = f'email = "maria@fastmail.fm"\nkey = "{AWS_KEY}"\n'
     assert found(only_keys, text) == [("KEY", AWS_KEY)]
 
@@ -217,6 +220,14 @@ def test_bad_settings_are_one_line_errors():
         build_config(PiiConfig, {"entities": ["EMAIL", "PHONE"]})
     with pytest.raises(StackcurateError, match="score_threshold"):
         build_config(PiiConfig, {"score_threshold": 2})
+    with pytest.raises(StackcurateError, match="model_lines must be 'gated' or 'all'"):
+        build_config(PiiConfig, {"model_lines": "some"})
+    yaml_dir = Path("/pipelines")  # `auto` and `none` are choices, not files next to the YAML; a folder is a path
+    assert build_config(PiiConfig, {"model": "auto"}, base_dir=yaml_dir).model == "auto"
+    assert build_config(PiiConfig, {"model": "none"}, base_dir=yaml_dir).model == "none"
+    assert build_config(PiiConfig, {"model": "models/pii"}, base_dir=yaml_dir).model == "/pipelines/models/pii"
+    with pytest.raises(StackcurateError, match="no detector left"):
+        build_config(PiiConfig, {"patterns": False, "model": "none"})
 
 
 # ---- the stage, end to end ----------------------------------------------------------------------------------
@@ -235,7 +246,7 @@ def test_stage_redacts_records_spans_and_never_stores_secrets(tmp_path: Path):
     )
     records = write_records(tmp_path / "in", [table])
     run_stage(
-        get_stage("pii"), PiiConfig(), str(tmp_path / "out"), RunOptions(runner="local", progress=False),
+        get_stage("pii"), PATTERNS, str(tmp_path / "out"), RunOptions(runner="local", progress=False),
         input_uri=str(records),
     )  # fmt: skip
     out = read_all(tmp_path / "out" / "pii")
@@ -268,6 +279,6 @@ def test_stage_output_schema_adds_the_spans_column(tmp_path: Path):
     table = make_table([("/a.py", "x = 1\n")])
     records = write_records(tmp_path / "in", [table])
     shard = plan_parquet([str(records / "00000.parquet")], rows_per_shard=10)[0]
-    schema = PiiStage(PiiConfig()).output_schema(shard)
+    schema = PiiStage(PATTERNS).output_schema(shard)
     assert schema.names == [*table.schema.names, "pii_spans"]
     assert schema.field("pii_spans").type == pa.list_(SPAN_TYPE)

