@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from stackcurate.stages.pii import Detector, PiiConfig, is_config
-from stackcurate.stages.pii.recognizers import ENTITIES
+from stackcurate.stages.pii.entities import ENTITIES
 
 DETECTORS = {  # name -> PiiConfig settings (the model folder is added)
     "patterns": {"model": "none"},

@@ -3,12 +3,17 @@
 StarPII was trained on 20,961 annotated secrets and pseudo-labelled files that cannot be downloaded here, so
 this project makes its own labels. An example is a window of a real source file (whole lines) with one to
 three snippets planted at line boundaries, in the file's own comment syntax:
-- where PII occurs in practice: author headers, `Signed-off-by` and contributor lines, `@author` tags,
-  TODO owners, string literals and keyword arguments (`author="..."`, `password=...`), dict literals, config
-  and `.env` lines, connection strings, HTTP headers;
+- where PII occurs in practice: author headers, `Signed-off-by`, "written by", "ported by" and contributor
+  lines, `@author` tags, `__author__`, TODO owners, GitHub links and @-mentions, string literals and keyword
+  arguments (`author="..."`, `password=...`), dict literals, config and `.env` lines, connection strings,
+  HTTP headers;
 - hard negatives, labelled as nothing: example and placeholder emails, private and documentation IPs,
-  version strings, hashes, UUIDs, URLs, paths, `YOUR_API_KEY`-style placeholders, names in copyright lines
-  (the annotation scheme's NAME_LICENSE, which StarCoder did not redact).
+  version strings, hashes, UUIDs, URLs, paths, `YOUR_API_KEY`-style placeholders, names and emails in
+  copyright lines (the annotation scheme's NAME_LICENSE and EMAIL_LICENSE, which StarCoder did not redact),
+  DNS servers, identifiers in strings next to "token", prose with "by", cloud resource ids and account ARNs,
+  test logins.
+
+Names come in four shapes (`First Last`, a middle initial, a hyphenated first name, two surnames).
 
 Values come from Faker (names in 12 locales, so non-ASCII names too; usernames, emails, IPs) and from
 seeded random strings in each token format. Labels are character spans; `train.py` turns them into BIO tags.
@@ -33,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stackcurate.stages.ingest.content import extension_of
-from stackcurate.stages.pii.recognizers import ENTITIES
+from stackcurate.stages.pii.entities import ENTITIES
 
 LOCALES = ("en_US", "en_GB", "de_DE", "fr_FR", "es_ES", "it_IT", "pt_BR", "pl_PL", "ru_RU", "ja_JP", "zh_CN", "tr_TR")
 COMMENT = {  # extension -> line comment
@@ -73,6 +78,14 @@ CODE_TEMPLATES = (
     "{c} contact {EMAIL} for access\n",
     "{c} Maintained by {NAME} ({USERNAME} on GitHub)\n",
     'url = "mysql://{USERNAME}:{PASSWORD}@db.internal/prod"\n',
+    "{c} Written by {NAME} ({EMAIL}).\n",
+    "{c} Authors: {NAME}, {NAME}\n",
+    "__author__ = {q}{NAME}{q}\n",
+    "{c} contributed by {NAME} <{EMAIL}>, added {year}-03-18\n",
+    "{c} Ported by {NAME} from https://github.com/{USERNAME}/{word}\n",
+    "{c} https://github.com/{USERNAME}/{word}/issues/{number}\n",
+    "{c} TODO(@{USERNAME}): {word} {word}\n",
+    "{c} Initial idea from @{USERNAME} in {Word}.\n",
 )
 CONFIG_TEMPLATES = (
     "DB_PASSWORD={PASSWORD}\n",
@@ -93,6 +106,12 @@ NEGATIVE_TEMPLATES = {  # kind -> a line that looks like PII and is labelled as 
     "placeholder": "{placeholder}\n",
     "license_name": "{c} Copyright (c) {year} {name}\n",
     "dns": 'resolver = "{dns}"\n',
+    "license_email": "{c} Copyright {year} {name} <{email}>\n",
+    "identifier": '{WORD}_TOKEN = intern("{word}")\n',
+    "prose_by": "{c} handled by {Word} and not by {WORD}; sorted by {word}\n",
+    "cloud_id": '"{Word}::{Word}::{Word}": "{hex16}",\n',
+    "account_arn": '"Owner": "arn:aws:sts::{digits12}:assumed-role/{Word}/{Word}",\n',
+    "test_login": "client.login(user_id={number}, token=self.{word}_{word})\n",
 }
 _FIELD = re.compile(r"\{(\w+)\}")
 
@@ -122,8 +141,16 @@ class Values:
         return self.en if self.rng.random() < 0.5 else self.rng.choice(self.fakers[1:])
 
     def name(self) -> str:
+        """A full name: mostly `First Last`, some with a middle initial, a hyphenated first name or two surnames."""
         faker = self.faker()
-        return f"{faker.first_name()} {faker.last_name()}"
+        first, last, style = faker.first_name(), faker.last_name(), self.rng.random()
+        if style < 0.1:
+            return f"{first} {faker.first_name()[0]}. {last}"
+        if style < 0.2:
+            return f"{first}-{faker.first_name()} {last}"
+        if style < 0.3:
+            return f"{first} {faker.last_name()} {last}"
+        return f"{first} {last}"
 
     def username(self) -> str:
         style = self.rng.random()
@@ -157,6 +184,9 @@ class Values:
             "NAME": self.name, "EMAIL": self.email, "USERNAME": self.username, "PASSWORD": self.password,
             "KEY": self.key, "IP_ADDRESS": self.public_ip,
             "c": lambda: comment, "q": lambda: quote, "name": self.name, "word": self.en.word,
+            "Word": lambda: self.en.word().capitalize(), "WORD": lambda: self.en.word().upper(),
+            "email": self.email, "number": lambda: str(self.rng.randint(1, 9999)),
+            "hex16": lambda: self.chars("0123456789abcdef", 16), "digits12": lambda: self.chars(string.digits, 12),
             "domain": self.en.domain_name, "uuid": lambda: str(self.en.uuid4()),
             "year": lambda: str(self.rng.randint(1995, 2025)),
             "key_name": lambda: self.rng.choice(["API_KEY", "SECRET_KEY", "STRIPE_KEY", "AUTH_TOKEN"]),

@@ -31,12 +31,14 @@ from tqdm import tqdm
 
 from stackcurate.core.errors import StackcurateError
 from stackcurate.stages.pii.model import (
+    IGNORE,
     LABELS,
     Window,
     batches,
     default_device,
     line_ranges,
     load_tokenizer,
+    padded,
     token_labels,
     windows,
 )
@@ -132,15 +134,8 @@ def train(cfg: TrainConfig, out: str | Path, *, progress: bool = True) -> Path:
         for _ in range(cfg.epochs):
             rng.shuffle(groups)
             for group in groups:
-                width = max(len(items[i].ids) for i in group)
-                ids = torch.zeros((len(group), width), dtype=torch.long)
-                mask = torch.zeros_like(ids)
-                target = torch.full_like(ids, -100)
-                for row, i in enumerate(group):
-                    n = len(items[i].ids)
-                    ids[row, :n] = torch.tensor(items[i].ids)
-                    mask[row, :n] = 1
-                    target[row, :n] = torch.tensor(labels[i])
+                ids, mask = padded([items[i].ids for i in group])
+                target, _ = padded([labels[i] for i in group], fill=IGNORE)
                 loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=target.to(device)).loss
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -180,6 +180,24 @@ def test_post_processing_rules(entity, text, rule):
     assert rules.spared_by(rules.Span(entity, 0, len(text), 1.0, "model"), text) == rule
 
 
+@pytest.mark.parametrize(
+    ("text", "value", "rule"),
+    [
+        ("# https://github.com/giampaolo/psutil/issues/645", "psutil", "username_repository"),
+        ("# https://github.com/giampaolo/psutil/issues/645", "giampaolo", None),
+        ("# TODO: com.asarray_tuplesafe shouldn't cast", "asarray_tuplesafe", "username_identifier"),
+        ("elif val == PhoneNumberType.VOICEMAIL:", "PhoneNumberType", "username_identifier"),
+        ("handler = HttpBasicAuthHandler(creds)", "HttpBasicAuthHandler", "username_identifier"),
+        ("# TODO(wesm): unclear", "wesm", None),
+        ("# Thanks to @mkowalski.", "mkowalski", None),  # a sentence's full stop is not an attribute
+        ("# see https://vincentarelbundock.github.io/docs", "vincentarelbundock", None),  # a user's pages
+    ],
+)
+def test_usernames_that_are_repositories_or_identifiers_are_spared(text, value, rule):
+    start = text.index(value)
+    assert rules.spared_by(rules.Span("USERNAME", start, start + len(value), 1.0, "model"), text) == rule
+
+
 def test_full_names_and_gibberish_keys_are_kept():
     assert rules.spared_by(rules.Span("NAME", 0, 11, 1.0, "model"), "Ana Pereira") is None
     assert rules.spared_by(rules.Span("KEY", 0, len(RANDOM_SECRET), 1.0, "model"), RANDOM_SECRET) is None

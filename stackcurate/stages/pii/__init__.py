@@ -35,9 +35,9 @@ from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import put_column
 from stackcurate.core.stage import Shard, StageOutput, TaskContext, read_records, records_schema
 from stackcurate.stages.ingest.content import extension_of
-from stackcurate.stages.pii import recognizers, redact, rules
+from stackcurate.stages.pii import redact, rules
+from stackcurate.stages.pii.entities import DETECTOR, ENTITIES
 from stackcurate.stages.pii.model import MODEL_ENTITIES, EncoderModel, cache_dir
-from stackcurate.stages.pii.recognizers import DETECTOR, ENTITIES
 
 if TYPE_CHECKING:
     from presidio_analyzer import AnalyzerEngine
@@ -117,7 +117,7 @@ def resolve_model(cfg: PiiConfig, *, progress: bool = True) -> PiiConfig:
         from pii_model.train import DEFAULT, train
 
         log.warning(
-            "pii: no PII model at %s; training the default one now (a few minutes on CPU, once; "
+            "no PII model at %s; training the default one now (a few minutes on CPU, once; "
             "`stackcurate pii-model train` does this ahead of time)",
             folder,
         )
@@ -137,6 +137,8 @@ def analyzer() -> "AnalyzerEngine":
     """A presidio AnalyzerEngine with the code recognizers and no NLP model (works offline)."""
     from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
     from presidio_analyzer.nlp_engine import NoOpNlpEngine
+
+    from stackcurate.stages.pii import recognizers  # presidio: seconds to import, so only when detecting
 
     registry = RecognizerRegistry(recognizers=recognizers.code_recognizers(), supported_languages=["en"])
     return AnalyzerEngine(
@@ -161,6 +163,8 @@ class Detector:
     def __init__(self, cfg: PiiConfig) -> None:
         self.cfg = cfg
         self.engine = analyzer()
+        from stackcurate.stages.pii import recognizers
+
         self.config_recognizers = recognizers.config_recognizers()
         supported = set(self.engine.get_supported_entities("en"))
         self.entities = [e for e in cfg.entities if e in supported]

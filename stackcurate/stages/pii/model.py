@@ -22,11 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from presidio_analyzer import EntityRecognizer, RecognizerResult
-from presidio_analyzer.nlp_engine import NlpArtifacts
-
 from stackcurate.core.errors import StackcurateError
-from stackcurate.stages.pii.recognizers import DETECTOR, ENTITIES, KEY, NAME, PASSWORD, USERNAME
+from stackcurate.stages.pii.entities import ENTITIES, KEY, NAME, PASSWORD, USERNAME
 from stackcurate.stages.pii.rules import Span
 
 if TYPE_CHECKING:
@@ -36,6 +33,7 @@ LABELS = ("O", *(f"{tag}-{entity}" for entity in ENTITIES for tag in ("B", "I"))
 MODEL_ENTITIES = (KEY, PASSWORD, NAME, USERNAME)  # what patterns miss; EMAIL and IP are the patterns' job
 LONG_LINE = 400
 IGNORE = -100  # label of special tokens (ignored by the loss)
+NAME_JOINERS = "-'’"
 
 _PEOPLE = re.compile(
     r"(?i:author|maintain|contribut|thank|signed-off|owner|contact|credit|written|created|copyright|\(c\)|"
@@ -49,8 +47,13 @@ _SECRET = re.compile(
 )
 
 
+_DECORATOR = re.compile(r"\s*@[\w.]+(?:\(.*\))?\s*$")  # `@property`, `@x.setter`: no handle
+
+
 def needs_model(line: str) -> re.Match[str] | None:
     """Why `line` goes to the model (the trigger's match), or None."""
+    if _DECORATOR.match(line):
+        return _SECRET.search(line)
     return _PEOPLE.search(line) or _SECRET.search(line)
 
 
@@ -160,6 +163,18 @@ def batches(items: list[Window], batch_tokens: int) -> list[list[int]]:
     return groups
 
 
+def padded(rows: list[list[int]], fill: int = 0) -> tuple[Any, Any]:
+    """(rows as one right-padded long tensor, its attention mask)."""
+    import torch
+
+    ids = torch.full((len(rows), max(len(r) for r in rows)), fill, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
+    return ids, mask
+
+
 def default_device() -> str:
     import torch
 
@@ -207,13 +222,7 @@ class EncoderModel:
         found: list[set[tuple[str, int, int, float]]] = [set() for _ in texts]
         torch = self.torch
         for group in batches(items, self.batch_tokens):
-            width = max(len(items[i].ids) for i in group)
-            ids = torch.zeros((len(group), width), dtype=torch.long)
-            mask = torch.zeros((len(group), width), dtype=torch.long)
-            for row, i in enumerate(group):
-                n = len(items[i].ids)
-                ids[row, :n] = torch.tensor(items[i].ids)
-                mask[row, :n] = 1
+            ids, mask = padded([items[i].ids for i in group])
             with torch.inference_mode():
                 logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits
                 probs, labels = logits.float().softmax(-1).max(-1)
@@ -225,51 +234,51 @@ class EncoderModel:
         detector = f"model:{self.name}"
         out = []
         for text, spans in zip(texts, found, strict=True):
-            whole = {(entity, *whole_words(text, start, end), score) for entity, start, end, score in spans}
+            whole = {(entity, *_widen(text, entity, start, end), score) for entity, start, end, score in spans}
             out.append([Span(e, start, end, score, detector) for e, start, end, score in sorted(whole, key=_order)])
         return out
 
 
-def whole_words(text: str, start: int, end: int) -> tuple[int, int]:
-    """(start, end) widened to whole words: a span that stops inside a word (at a word-piece boundary, as
-    `jonschlink|ert`) takes the whole word."""
-    while start > 0 and text[start - 1].isalnum() and text[start].isalnum():
-        start -= 1
-    while end < len(text) and text[end].isalnum() and text[end - 1].isalnum():
-        end += 1
+def whole_words(text: str, start: int, end: int, joiners: str = "") -> tuple[int, int]:
+    """(start, end) widened to whole words (letters, digits, `_`): a span that stops inside a word (at a
+    word-piece boundary, as `jonschlink|ert`) takes the whole word; `joiners` also join words (names:
+    `Marc-Andre`, `O'Brien`)."""
+    n = len(text)
+    word = _word_char
+    while start > 0:
+        if word(text[start - 1]) and (word(text[start]) or text[start] in joiners):
+            start -= 1
+        elif text[start - 1] in joiners and start >= 2 and word(text[start - 2]) and word(text[start]):
+            start -= 1
+        else:
+            break
+    while end < n:
+        if word(text[end]) and (word(text[end - 1]) or text[end - 1] in joiners):
+            end += 1
+        elif text[end] in joiners and end + 1 < n and word(text[end + 1]) and word(text[end - 1]):
+            end += 1
+        else:
+            break
     return start, end
+
+
+def _widen(text: str, entity: str, start: int, end: int) -> tuple[int, int]:
+    """A model span as whole words; names and usernames without the punctuation at their ends (`. Smith`)."""
+    start, end = whole_words(text, start, end, NAME_JOINERS if entity == NAME else "")
+    if entity in (NAME, USERNAME):
+        while start < end and not _word_char(text[start]):
+            start += 1
+        while end > start and not _word_char(text[end - 1]) and text[end - 1] != ".":  # `Jr.`, `J.`
+            end -= 1
+    return start, end
+
+
+def _word_char(c: str) -> bool:
+    return c.isalnum() or c == "_"
 
 
 def _order(span: tuple[str, int, int, float]) -> tuple[int, int, str]:
     return span[1], span[2], span[0]
-
-
-class EncoderRecognizer(EntityRecognizer):
-    """The model as a presidio recognizer, for presidio's one-text API (`analyzer(model).analyze(text)`).
-    The stage calls :meth:`EncoderModel.spans` on whole batches instead, so windows share forward passes."""
-
-    def __init__(self, model: EncoderModel) -> None:
-        self.model = model
-        super().__init__(
-            supported_entities=list(model.entities), name="EncoderRecognizer", supported_language="en", version="1"
-        )
-
-    def load(self) -> None:
-        pass
-
-    def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list:
-        results = []
-        for span in self.model.spans([text])[0]:
-            if entities and span.entity not in entities:
-                continue
-            result = RecognizerResult(span.entity, span.start, span.end, span.score)
-            result.recognition_metadata = {
-                RecognizerResult.RECOGNIZER_NAME_KEY: self.name,
-                RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id,
-                DETECTOR: span.detector,
-            }
-            results.append(result)
-        return results
 
 
 def cache_dir() -> Path:

@@ -17,13 +17,17 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 from presidio_analyzer.nlp_engine import NlpArtifacts
 
-EMAIL, IP_ADDRESS, KEY, PASSWORD, NAME, USERNAME = "EMAIL", "IP_ADDRESS", "KEY", "PASSWORD", "NAME", "USERNAME"
-ENTITIES = (EMAIL, IP_ADDRESS, KEY, PASSWORD, NAME, USERNAME)
-DETECTOR = "detector"  # the recognition_metadata key naming the rule or model that found a span
+from stackcurate.stages.pii.entities import DETECTOR, EMAIL, ENTITIES, IP_ADDRESS, KEY, NAME, PASSWORD, USERNAME
+
+if TYPE_CHECKING:
+    from stackcurate.stages.pii.model import EncoderModel
+
+__all__ = ["DETECTOR", "EMAIL", "ENTITIES", "IP_ADDRESS", "KEY", "NAME", "PASSWORD", "USERNAME"]
 NAMED = "*"  # a Rule's group: the span is whichever named group matched, and the detector is named after it
 
 
@@ -296,3 +300,31 @@ def config_recognizers() -> list[EntityRecognizer]:
             ],
         )
     ]
+
+
+class EncoderRecognizer(EntityRecognizer):
+    """The model as a presidio recognizer, for presidio's one-text API (`analyzer(model).analyze(text)`).
+    The stage calls :meth:`EncoderModel.spans` on whole batches instead, so windows share forward passes."""
+
+    def __init__(self, model: "EncoderModel") -> None:
+        self.model = model
+        super().__init__(
+            supported_entities=list(model.entities), name="EncoderRecognizer", supported_language="en", version="1"
+        )
+
+    def load(self) -> None:
+        pass
+
+    def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list:
+        results = []
+        for span in self.model.spans([text])[0]:
+            if entities and span.entity not in entities:
+                continue
+            result = RecognizerResult(span.entity, span.start, span.end, span.score)
+            result.recognition_metadata = {
+                RecognizerResult.RECOGNIZER_NAME_KEY: self.name,
+                RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id,
+                DETECTOR: span.detector,
+            }
+            results.append(result)
+        return results

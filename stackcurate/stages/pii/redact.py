@@ -6,7 +6,7 @@ distinct address of a family wraps around), so code that compares addresses stil
 
 import ipaddress
 
-from stackcurate.stages.pii.recognizers import IP_ADDRESS
+from stackcurate.stages.pii.entities import IP_ADDRESS
 from stackcurate.stages.pii.rules import Span
 
 TAGS = {

@@ -6,6 +6,8 @@
   EMAIL_EXAMPLE) and emails in a license or copyright line (EMAIL_LICENSE);
 - keys that are not gibberish (gibberish-detector, as BigCode used it) or are 8 characters or fewer;
 - names of one word (NAME must be a full name);
+- usernames that are a repository's path segment (`github.com/owner/<repo>`) or a code identifier
+  (`x.<name>`, `<name>(`, `<name>.attr`): what the model takes for handles in code;
 - placeholder passwords and keys: `${VAR}`, `{password}`, `<password>`, `****`, `your_password`, `changeme`.
 
 `keep(...)` returns, for each span, None (redact it) or the rule that spared it, so the tests and the
@@ -19,7 +21,7 @@ import string
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stackcurate.stages.pii.recognizers import EMAIL, IP_ADDRESS, KEY, NAME, PASSWORD
+from stackcurate.stages.pii.entities import EMAIL, IP_ADDRESS, KEY, NAME, PASSWORD, USERNAME
 
 if TYPE_CHECKING:
     from gibberish_detector.detector import Detector
@@ -129,6 +131,24 @@ def spared_by(span: Span, text: str) -> str | None:
             return "key_not_gibberish"
     if span.entity == NAME and len(value.split()) < 2:
         return "name_one_word"
+    if span.entity == USERNAME:
+        return _username_rule(text, span.start, span.end)
+    return None
+
+
+# A repository, not its owner: the second path segment of a forge URL (`github.com/owner/<repo>`).
+_REPO_PATH = re.compile(r"(?i)(?:github\.com|gitlab\.com|bitbucket\.org)/[\w.-]+/$")
+
+
+def _username_rule(text: str, start: int, end: int) -> str | None:
+    """Usernames the model takes from code: a repository path segment, or an identifier (`obj.attr`, `f(`)."""
+    if _REPO_PATH.search(text, max(0, start - 100), start):
+        return "username_repository"
+    before, after = text[start - 1 : start], text[end : end + 2]
+    if text.startswith((".github.io", ".gitlab.io"), end):  # a user's pages: `<user>.github.io`
+        return None
+    if before == "." or after[:1] == "(" or (after[:1] == "." and after[1:2].isalpha()):
+        return "username_identifier"
     return None
 
 
