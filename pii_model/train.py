@@ -61,6 +61,18 @@ class TrainConfig:
 
 
 DEFAULT = TrainConfig()
+HELP = {
+    "base": "minilm (all-MiniLM-L6-v2 from PyPI) or tiny (a random one-layer BERT, for tests)",
+    "layers": "MiniLM layers kept, from the bottom (1 to 6)",
+    "examples": "generated training examples (train split)",
+    "seed": "seed of the generator, the shuffling and the initialisation",
+    "epochs": "passes over the training windows",
+    "lr": "peak learning rate (AdamW, 5%% warm-up, linear decay)",
+    "batch_tokens": "padded tokens per batch",
+    "max_tokens": "longest window; longer lines are split with overlap",
+    "other_lines": "share of the lines the gate does not send that are trained on too",
+    "device": "auto (a GPU if torch sees one), cpu, cuda...",
+}
 
 
 def minilm_folder() -> Path:
@@ -176,7 +188,12 @@ def train(cfg: TrainConfig, out: str | Path, *, progress: bool = True) -> Path:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, default in asdict(DEFAULT).items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+        parser.add_argument(
+            f"--{name.replace('_', '-')}",
+            type=type(default),
+            default=default,
+            help=f"{HELP[name]} (default: {default})",
+        )
 
 
 def config_from(args: argparse.Namespace) -> TrainConfig:
