@@ -236,6 +236,15 @@ def test_a_folder_that_is_not_a_model_is_a_one_line_error(tmp_path):
         EncoderModel(tmp_path)
 
 
+def test_asking_for_a_gpu_torch_cannot_see_is_a_one_line_error(small_model):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(StackcurateError, match="torch sees no GPU"):
+        EncoderModel(small_model, device="cuda")
+
+
 def test_asking_for_more_gpus_than_the_cluster_has_is_a_one_line_error(tmp_path, ray_local):
     records = write_records(tmp_path / "in", [make_table([("a.py", "x = 1\n")])])
     cfg = PiiConfig(model=str(tmp_path), num_gpus=1)

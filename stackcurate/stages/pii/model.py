@@ -208,6 +208,8 @@ class EncoderModel:
         self.entities = entities
         self.lines = lines
         self.device = default_device() if device == "auto" else device
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise StackcurateError(f"pii: device {device!r}, but torch sees no GPU here; use --device cpu or auto")
         self.batch_tokens = batch_tokens
         self.tokenizer = load_tokenizer(folder, max_tokens)
         self.model = AutoModelForTokenClassification.from_pretrained(folder).to(self.device).eval()
