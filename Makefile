@@ -26,12 +26,12 @@ test: install-dev
 	RAY_USAGE_STATS_ENABLED=0 RAY_DATA_DISABLE_PROGRESS_BARS=1 $(PYTHON) -m pytest -q
 
 style:
-	ruff format stackcurate tests benchmarks
-	ruff check --fix stackcurate tests benchmarks
+	ruff format stackcurate pii_model tests benchmarks
+	ruff check --fix stackcurate pii_model tests benchmarks
 
 quality:  # pyright comes from npm: npm i -g pyright
-	ruff check stackcurate tests benchmarks
-	pyright stackcurate
+	ruff check stackcurate pii_model tests benchmarks
+	pyright stackcurate pii_model
 
 bench: install
 	$(PYTHON) benchmarks/ingest_throughput.py
