@@ -53,10 +53,19 @@ class S3Options:
     region: str = "us-east-1"
 
 
+def run_store() -> S3Options:
+    """How to reach the S3 store of a run's own files (outputs, inputs named by URI): signed requests with the
+    standard AWS environment (credential chain, `AWS_ENDPOINT_URL`, `AWS_REGION`). Without credentials the
+    chain falls back to unsigned requests, so public buckets still read."""
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return S3Options(endpoint=os.environ.get("AWS_ENDPOINT_URL") or None, anonymous=False, region=region)
+
+
 def filesystem(uri: str, s3: S3Options | None = None) -> tuple[pafs.FileSystem, str]:
-    """Return the filesystem for `uri` and the path inside it (no scheme, no trailing slash)."""
+    """Return the filesystem for `uri` and the path inside it (no scheme, no trailing slash). `s3` says how to
+    reach an S3 store (the SWH content store's settings); by default, :func:`run_store`."""
     if uri.startswith("s3://"):
-        opts = s3 or S3Options()
+        opts = s3 or run_store()
         kwargs: dict[str, object] = {"anonymous": opts.anonymous, "region": opts.region}
         if opts.endpoint:
             scheme, _, host = opts.endpoint.rpartition("://")

@@ -15,6 +15,7 @@ from helpers import make_table, read_all, write_records
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from stackcurate.core import io
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
 from stackcurate.pipeline import RunOptions, run_stage
@@ -409,3 +410,22 @@ def test_repeated_doc_ids_are_refused(tmp_path, family):
     table = files_table([family["base"], family["other"]])
     with pytest.raises(StackcurateError, match="doc_id 0 appears more than once"):
         run_dedup(tmp_path, [table, table])
+
+
+def test_output_to_s3_equals_local(tmp_path, family, s3_endpoint, monkeypatch):
+    boto3 = pytest.importorskip("boto3")
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket="runs")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)  # how a run reaches its own store (signed, AWS env)
+    local = run_dedup(tmp_path / "local", corpus_tables(family, 0), rows_per_partition=10)
+    records = write_records(tmp_path / "in", corpus_tables(family, 0))
+    cfg = build_config(DedupConfig, {"rows_per_partition": 10})
+    run_stage(
+        get_stage("dedup"), cfg, "s3://runs/x", RunOptions(runner="local", progress=False), input_uri=str(records)
+    )
+    fs, _ = io.filesystem("s3://runs/x")
+    on_s3 = {
+        name: pa.concat_tables([pq.read_table(f, filesystem=fs) for f in io.expand(fs, f"runs/x/{sub}/*.parquet")])
+        for name, sub in (("kept", "dedup"), ("removed", "dedup/removed"), ("clusters", "dedup_clusters"))
+    }
+    assert decisions(on_s3) == decisions(local)
+    assert not io.expand(fs, "runs/x/dedup_clusters/_work", suffix=".parquet")  # the work files are gone
