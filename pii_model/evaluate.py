@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from stackcurate.stages.pii import Detector, PiiConfig, is_config
+from stackcurate.stages.pii import Detector, PiiConfig, default_model, is_config
 from stackcurate.stages.pii.entities import ENTITIES
 
 DETECTORS = {  # name -> PiiConfig settings (the model folder is added)
@@ -117,8 +117,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    model = str(default_model()) if args.model == "auto" else args.model  # the JSON names the real folder
     rows = eval_rows(args.data, args.examples, args.seed)
-    table = compare(rows, args.model, args.detectors)
+    table = compare(rows, model, args.detectors)
     print(markdown(table))
     for name, scores in table.items():
         print(
@@ -127,9 +128,7 @@ def run(args: argparse.Namespace) -> None:
         )
     if args.json:
         source = args.data or f"generated: eval split, {args.examples} examples, seed {args.seed}"
-        Path(args.json).write_text(
-            json.dumps({"data": source, "model_folder": args.model, "detectors": table}, indent=1)
-        )
+        Path(args.json).write_text(json.dumps({"data": source, "model_folder": model, "detectors": table}, indent=1))
 
 
 def main(argv: list[str] | None = None) -> None:

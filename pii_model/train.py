@@ -19,7 +19,6 @@ training config, data sizes, losses and time). It is written under a temporary n
 import argparse
 import hashlib
 import json
-import logging
 import random
 import shutil
 import time
@@ -29,6 +28,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from stackcurate.core.config import add_flags, build_config, flag_values, option
 from stackcurate.core.errors import StackcurateError
 from stackcurate.stages.pii.model import (
     IGNORE,
@@ -43,36 +43,24 @@ from stackcurate.stages.pii.model import (
     windows,
 )
 
-log = logging.getLogger("stackcurate.pii_model")
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    base: str = "minilm"  # "minilm" (all-MiniLM-L6-v2 from PyPI) or "tiny" (random init, for tests)
-    layers: int = 3
-    examples: int = 6000
-    seed: int = 1
-    epochs: int = 2
-    lr: float = 1e-4
-    batch_tokens: int = 4096
-    max_tokens: int = 128
-    other_lines: float = 0.1
-    device: str = "auto"
+    """How the PII model is trained (`stackcurate pii-model train --help` lists these as flags)."""
+
+    base: str = option("minilm", "minilm (all-MiniLM-L6-v2 from PyPI) or tiny (a random one-layer BERT, for tests)")
+    layers: int = option(3, "MiniLM layers kept, from the bottom (1 to 6)")
+    examples: int = option(6000, "generated training examples (train split)")
+    seed: int = option(1, "seed of the generator, the shuffling and the initialisation")
+    epochs: int = option(2, "passes over the training windows")
+    lr: float = option(1e-4, "peak learning rate (AdamW, 5%% warm-up, linear decay)")
+    batch_tokens: int = option(4096, "padded tokens per batch")
+    max_tokens: int = option(128, "longest window; longer lines are split with overlap (the stage reads it back)")
+    other_lines: float = option(0.1, "share of the lines the gate does not send that are trained on too")
+    device: str = option("auto", "auto (a GPU if torch sees one), cpu, cuda...")
 
 
 DEFAULT = TrainConfig()
-HELP = {
-    "base": "minilm (all-MiniLM-L6-v2 from PyPI) or tiny (a random one-layer BERT, for tests)",
-    "layers": "MiniLM layers kept, from the bottom (1 to 6)",
-    "examples": "generated training examples (train split)",
-    "seed": "seed of the generator, the shuffling and the initialisation",
-    "epochs": "passes over the training windows",
-    "lr": "peak learning rate (AdamW, 5%% warm-up, linear decay)",
-    "batch_tokens": "padded tokens per batch",
-    "max_tokens": "longest window; longer lines are split with overlap",
-    "other_lines": "share of the lines the gate does not send that are trained on too",
-    "device": "auto (a GPU if torch sees one), cpu, cuda...",
-}
 
 
 def minilm_folder() -> Path:
@@ -124,7 +112,7 @@ def train(cfg: TrainConfig, out: str | Path, *, progress: bool = True) -> Path:
     """Generate the data, train, and write the model folder `out`; returns it."""
     import torch
 
-    from pii_model.generate import generate
+    from pii_model.generate import generate, host_files
 
     out = Path(out)
     started = time.perf_counter()
@@ -162,9 +150,7 @@ def train(cfg: TrainConfig, out: str | Path, *, progress: bool = True) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     model.cpu().save_pretrained(tmp)
     shutil.copy(minilm_folder() / "tokenizer.json", tmp / "tokenizer.json")
-    from pii_model.generate import host_files
-
-    hosts = host_files("train")
+    hosts = host_files("train")  # cached: what `generate` read
     report = {
         "config": asdict(cfg),
         "device": device,
@@ -186,24 +172,15 @@ def train(cfg: TrainConfig, out: str | Path, *, progress: bool = True) -> Path:
     return out
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    for name, default in asdict(DEFAULT).items():
-        parser.add_argument(
-            f"--{name.replace('_', '-')}",
-            type=type(default),
-            default=default,
-            help=f"{HELP[name]} (default: {default})",
-        )
-
-
 def config_from(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(**{name: getattr(args, name) for name in asdict(DEFAULT)})
+    """The config given by the flags `add_flags(parser, TrainConfig)` added (checked, one-line errors)."""
+    return build_config(TrainConfig, flag_values(args, TrainConfig))
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", required=True, help="the model folder to write")
-    add_arguments(parser)
+    add_flags(parser, TrainConfig)
     args = parser.parse_args(argv)
     print(train(config_from(args), args.out))
 

@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         "train", help="generate training data and train the model", description=train.__doc__, formatter_class=raw
     )
     t.add_argument("--out", help="model folder to write (default: the cached model that `pii: model: auto` uses)")
-    train.add_arguments(t)
+    add_flags(t, train.TrainConfig)
     t.set_defaults(handler=_cmd_pii_model_train)
     e = model_sub.add_parser(
         "eval", help="per-type precision and recall on the held-out set", description=evaluate.__doc__,
@@ -197,10 +197,7 @@ def _cmd_pii_model_train(args: argparse.Namespace) -> None:
 
 def _cmd_pii_model_eval(args: argparse.Namespace) -> None:
     from pii_model import evaluate
-    from stackcurate.stages.pii import default_model
 
-    if args.model == "auto":
-        args.model = str(default_model())
     evaluate.run(args)
 
 

@@ -173,9 +173,9 @@ class Detector:
     @property
     def model(self) -> EncoderModel | None:
         if self._model is None and self.cfg.uses_model:
-            if self.cfg.model == "auto" and not (default_model() / "config.json").is_file():
-                raise StackcurateError("pii: the default PII model is missing; run `stackcurate pii-model train`")
             folder = default_model() if self.cfg.model == "auto" else Path(self.cfg.model)
+            if self.cfg.model == "auto" and not (folder / "config.json").is_file():
+                raise StackcurateError("pii: the default PII model is missing; run `stackcurate pii-model train`")
             entities = tuple(e for e in self.cfg.model_entities if e in self.cfg.entities)
             self._model = EncoderModel(folder, entities=entities, lines=self.cfg.model_lines, device=self.cfg.device)
         return self._model
@@ -208,8 +208,7 @@ class Detector:
             language="en",
             entities=self.entities,
             ad_hoc_recognizers=self.config_recognizers if config else None,
-            score_threshold=self.cfg.score_threshold,
-        )
+        )  # the score threshold applies in find_batch, to pattern and model spans alike
         return [
             rules.Span(
                 r.entity_type, r.start, r.end, float(r.score), (r.recognition_metadata or {}).get(DETECTOR, "presidio")

@@ -16,6 +16,7 @@ accent stripping) and the model is a `transformers` BertForTokenClassification; 
 by `stackcurate pii-model train` (see `pii_model/`).
 """
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -175,6 +176,14 @@ def padded(rows: list[list[int]], fill: int = 0) -> tuple[Any, Any]:
     return ids, mask
 
 
+def trained_window(folder: Path, default: int = 128) -> int:
+    """The window (tokens) a model folder was trained on, from its `train.json`."""
+    try:
+        return int(json.loads((folder / "train.json").read_text())["config"]["max_tokens"])
+    except (OSError, ValueError, KeyError):
+        return default
+
+
 def default_device() -> str:
     import torch
 
@@ -191,7 +200,7 @@ class EncoderModel:
         entities: tuple[str, ...] = MODEL_ENTITIES,
         lines: str = "gated",
         device: str = "auto",
-        max_tokens: int = 128,
+        max_tokens: int | None = None,
         batch_tokens: int = 8192,
     ) -> None:
         folder = Path(folder)
@@ -211,18 +220,18 @@ class EncoderModel:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise StackcurateError(f"pii: device {device!r}, but torch sees no GPU here; use --device cpu or auto")
         self.batch_tokens = batch_tokens
-        self.tokenizer = load_tokenizer(folder, max_tokens)
+        self.tokenizer = load_tokenizer(folder, max_tokens or trained_window(folder))
         self.model = AutoModelForTokenClassification.from_pretrained(folder).to(self.device).eval()
         if tuple(self.model.config.id2label[i] for i in range(len(LABELS))) != LABELS:
             raise StackcurateError(f"pii: {folder} was trained with other labels; retrain it")
-        self.torch = torch
 
     def spans(self, texts: list[str]) -> list[list[Span]]:
         """The model's spans of `self.entities` in each text (before post-processing)."""
         ranges = [line_ranges(text, self.lines) for text in texts]
         items = windows(self.tokenizer, texts, ranges)
         found: list[set[tuple[str, int, int, float]]] = [set() for _ in texts]
-        torch = self.torch
+        import torch
+
         for group in batches(items, self.batch_tokens):
             ids, mask = padded([items[i].ids for i in group])
             with torch.inference_mode():

@@ -144,9 +144,9 @@ def _username_rule(text: str, start: int, end: int) -> str | None:
     """Usernames the model takes from code: a repository path segment, or an identifier (`obj.attr`, `f(`)."""
     if _REPO_PATH.search(text, max(0, start - 100), start):
         return "username_repository"
-    before, after = text[start - 1 : start], text[end : end + 2]
     if text.startswith((".github.io", ".gitlab.io"), end):  # a user's pages: `<user>.github.io`
         return None
+    before, after = text[start - 1 : start], text[end : end + 2]
     if before == "." or after[:1] == "(" or (after[:1] == "." and after[1:2].isalpha()):
         return "username_identifier"
     return None
