@@ -18,8 +18,10 @@ both ends kept, and the share of removed files with no neighbour at Jaccard >= 0
 
 `--double` measures only memory per worker as the corpus doubles while its files stay the same: stackcurate
 runs on the scale's input and on that input plus a ROT13 copy of it (same files and row groups, the same
-duplicates inside each copy, none across), and reports for both the peak RSS and USS (its own pages, without
-the object store's shared memory) of each kind of Ray worker (benchmarks/results/dedup_doubling_<scale>.json).
+duplicates inside each copy, none across), and reports for both, per kind of Ray worker, the polled peak RSS
+and USS (its own pages, without the object store's shared memory) and the exact lifetime peak RSS (Linux
+VmHWM, which a poll cannot miss: polled peaks grow with a run's length, since a longer run gives more polls a
+chance to land on a short spike) (benchmarks/results/dedup_doubling_<scale>.json).
 
 Writes benchmarks/results/dedup_<scale>.json and prints a Markdown table.
 """
@@ -122,6 +124,7 @@ def bench_doubling(records: Path, base: Path, rows_per_partition: int) -> dict[s
             "largest_worker_mib": round(got["peak_worker_rss_mib"]),
             "worker_peak_rss_mib": {title: round(mib) for title, mib in got["peak_by_title_mib"].items()},
             "worker_peak_uss_mib": {title: round(mib) for title, mib in got["peak_uss_by_title_mib"].items()},
+            "worker_high_water_mib": {title: round(mib) for title, mib in got["peak_hwm_by_title_mib"].items()},
         }
     return report
 

@@ -168,6 +168,8 @@ class Measured:
     # Ray workers by what they ran: peak RSS, and peak USS (its own pages: not the object store's shared memory)
     peak_by_title_mib: dict[str, float] = field(default_factory=dict)
     peak_uss_by_title_mib: dict[str, float] = field(default_factory=dict)
+    # ... and the exact peak RSS of each process over its life (VmHWM), by the title it was last seen with
+    peak_hwm_by_title_mib: dict[str, float] = field(default_factory=dict)
 
 
 def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None) -> Measured:
@@ -182,6 +184,7 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | 
     peak_rss = peak_pss = peak_process = peak_worker = 0
     by_title: dict[str, int] = {}
     uss_by_title: dict[str, int] = {}
+    hwm_by_title: dict[str, int] = {}
     with log.open("wb") as out:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -209,6 +212,7 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | 
                     title = title.split()[0].removeprefix("ray::")
                     by_title[title] = max(by_title.get(title, 0), memory.rss)
                     uss_by_title[title] = max(uss_by_title.get(title, 0), memory.uss)
+                    hwm_by_title[title] = max(hwm_by_title.get(title, 0), _high_water_mark(process.pid))
             peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
             try:
                 proc.wait(timeout=POLL_SECONDS)
@@ -225,7 +229,20 @@ def run_measured(cmd: list[str], *, cwd: Path, log: Path, env: dict[str, str] | 
         peak_worker / MIB,
         {title: rss / MIB for title, rss in sorted(by_title.items())},
         {title: uss / MIB for title, uss in sorted(uss_by_title.items())},
+        {title: hwm / MIB for title, hwm in sorted(hwm_by_title.items())},
     )
+
+
+def _high_water_mark(pid: int) -> int:
+    """The process's peak RSS over its whole life so far (Linux `VmHWM`), in bytes; 0 if unreadable.
+    Unlike polled RSS, it cannot miss a short peak, so it does not grow with the length of a run."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def check(measured: Measured, tool: str, log: Path) -> None:

@@ -23,21 +23,6 @@ _GLOB_CHARS = re.compile(r"[*?\[]")
 PARQUET_COMPRESSION = "zstd"
 
 
-def _use_jemalloc() -> None:
-    """Arrow's default pool (mimalloc) keeps the pages a batch freed, so a long-lived worker's peak memory
-    creeps up with the number of tasks it runs; jemalloc hands them back (measured in benchmarks/README.md,
-    dedup). An explicit ARROW_DEFAULT_MEMORY_POOL wins."""
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        return
-    try:
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-    except NotImplementedError:  # a pyarrow built without jemalloc (ArrowNotImplementedError is one)
-        pass
-
-
-_use_jemalloc()  # every process that runs stackcurate code imports this module
-
-
 @dataclass(frozen=True, kw_only=True)
 class S3Options:
     """How to reach an S3-compatible store.

@@ -117,6 +117,28 @@ class TaskContext:
     map: Callable[[Callable[..., Any], list[tuple[Any, ...]], str], list[Any]]
 
 
+def _marked(fs: pafs.FileSystem, marker: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run one task and commit its result as a marker, so a rerun skips it."""
+    result = fn(*args)
+    io.write_bytes_atomic(fs, marker, json.dumps(result).encode())
+    pa.default_memory_pool().release_unused()  # Ray reuses the worker process for the next task
+    return result
+
+
+def run_phase(
+    ctx: TaskContext, fs: pafs.FileSystem, marker_dir: str, desc: str, fn: Callable[..., Any], items: list[tuple]
+) -> list[Any]:
+    """`fn(*item)` for the items without a marker in `marker_dir` yet (a rerun resumes); every item's result,
+    in order. A preparation step (dedup's clustering, format's grouping) is a sequence of such phases."""
+    fs.create_dir(marker_dir, recursive=True)
+    markers = [io.join(marker_dir, f"{i:05d}.json") for i in range(len(items))]
+    done = set(io.expand(fs, marker_dir, suffix=".json"))  # finished by an interrupted run
+    todo = [i for i, m in enumerate(markers) if m not in done]
+    ran = ctx.map(_marked, [(fs, markers[i], fn, *items[i]) for i in todo], desc)
+    results = dict(zip(todo, ran, strict=True))
+    return [results[i] if i in results else json.loads(io.read_text(fs, m)) for i, m in enumerate(markers)]
+
+
 def split_by_reason(
     table: pa.Table, reasons: list[str | None], details: list[str | None] | None = None
 ) -> StageOutput:
@@ -194,6 +216,10 @@ class StageDir:
                 self.fs.delete_file(info.path)
 
     def finish(self, config_yaml: str) -> None:
+        """Mark the stage complete; the temporary files of attempts that died with their worker go."""
+        for path in io.expand(self.fs, self.root):
+            if ".tmp-" in path.rsplit("/", 1)[-1]:
+                self.fs.delete_file(path)
         io.write_bytes_atomic(self.fs, io.join(self.root, "_config.yaml"), config_yaml.encode())
         io.write_bytes_atomic(self.fs, self.success_path, b"")
 

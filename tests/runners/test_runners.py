@@ -95,6 +95,45 @@ class _CrashOnShard:
         return self.stage(table)
 
 
+class _DieOnce:
+    """Wraps a stage; the worker process exits in the middle of one shard, the first time only."""
+
+    def __init__(self, stage, crash_path: str, flag: str) -> None:
+        self.stage, self.crash_path, self.flag, self.name = stage, crash_path, flag, stage.name
+
+    def read(self, shard):
+        for table in self.stage.read(shard):
+            yield table
+            if shard.path.endswith(self.crash_path) and not os.path.exists(self.flag):
+                Path(self.flag).touch()
+                os._exit(1)  # the worker dies with a half-written shard
+
+    def output_schema(self, shard):
+        return self.stage.output_schema(shard)
+
+    def __call__(self, table):
+        return self.stage(table)
+
+
+@pytest.mark.ray
+def test_a_dead_ray_worker_is_replaced_and_its_shard_redone(tmp_path, ray_local, monkeypatch):
+    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
+    _input(tmp_path, shards=4)
+    clean = _language(tmp_path, "clean", RunOptions(runner="ray", workers=2, progress=False))
+    spec = get_stage("language")
+    flag = str(tmp_path / "died")
+    dying = dataclasses.replace(spec, build=lambda cfg: _DieOnce(spec.build(cfg), "00002.parquet", flag))
+    config = build_config(spec.config_cls, {"languages": "filters/languages/starcoder2_smol_v1.txt"})
+    crashed = run_stage(
+        dying, config, str(tmp_path / "crashed"), RunOptions(runner="ray", workers=2, progress=False),
+        input_uri=str(tmp_path / "in"),
+    )  # fmt: skip
+    assert os.path.exists(flag)  # a worker did die
+    assert (crashed.docs_in, crashed.docs_out) == (clean.docs_in, clean.docs_out)
+    assert _files(tmp_path / "crashed/language") == _files(tmp_path / "clean/language")
+    assert not list((tmp_path / "crashed/language").rglob("*.tmp-*"))  # the dead attempt left no files
+
+
 def test_interrupted_stage_reruns_to_the_same_result(tmp_path):
     _input(tmp_path, shards=4)
     opts = RunOptions(runner="local", progress=False)

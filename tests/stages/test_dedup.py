@@ -15,7 +15,7 @@ from helpers import make_table, read_all, write_records
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from stackcurate.core import io
+from stackcurate.core import io, shuffle
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
 from stackcurate.pipeline import RunOptions, run_stage
@@ -117,10 +117,10 @@ def test_candidate_pairs_equal_datasketch_lsh():
 
 def components_by_partitions(tmp_path: Path, x: np.ndarray, y: np.ndarray, partitions: int) -> dict[int, int]:
     """Run the partitioned large-star / small-star steps on disk, as the dedup tasks do; node -> label."""
-    fs, root = graph.io.filesystem(str(tmp_path))
+    fs, root = io.filesystem(str(tmp_path))
     edges = graph.both_directions(x, y)
     for writer, chunk in enumerate((edges.slice(0, len(x)), edges.slice(len(x)))):  # two writers
-        graph.write_partitioned(
+        shuffle.write_partitioned(
             fs, f"{root}/000", writer, chunk, graph.partition_of(chunk.column("u").to_numpy(), partitions), partitions
         )
     step, previous = 0, None

@@ -26,7 +26,6 @@ Example:
 """
 
 import hashlib
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -38,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from stackcurate.core import io
+from stackcurate.core import io, shuffle
 from stackcurate.core.config import dump_yaml, option, to_dict
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import STATS_SCHEMA, with_reason
@@ -51,6 +50,7 @@ from stackcurate.core.stage import (
     plan_fingerprint,
     read_records,
     records_schema,
+    run_phase,
     split_by_reason,
 )
 from stackcurate.stages.dedup import graph, minhash
@@ -184,7 +184,7 @@ def _exact_keys(table: pa.Table, key: str) -> np.ndarray:
             int.from_bytes(hashlib.sha1((t or "").encode()).digest()[:8], "big")
             for t in table.column("content").to_pylist()
         ]
-    return minhash.mix64(np.array(ints, dtype=np.uint64) ^ _EXACT_SALT)
+    return shuffle.mix64(np.array(ints, dtype=np.uint64) ^ _EXACT_SALT)
 
 
 def _int_column(table: pa.Table, name: str, null: int) -> np.ndarray:
@@ -218,11 +218,11 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
     """Keys (exact and LSH bands) of one input file, partitioned by key; ranking columns by doc_id."""
     cfg, shard = plan.cfg, plan.shards[index]
     fs = plan.fs
-    keys_out = graph.PartitionedWriter(fs, plan.work("keys"), index, KEY_SCHEMA, plan.partitions)
-    meta_out = graph.PartitionedWriter(fs, plan.work("meta"), index, META_SCHEMA, plan.partitions)
+    keys_out = shuffle.PartitionedWriter(fs, plan.work("keys"), index, KEY_SCHEMA, plan.partitions)
+    meta_out = shuffle.PartitionedWriter(fs, plan.work("meta"), index, META_SCHEMA, plan.partitions)
     sinks = [keys_out, meta_out]
     shingles_out = (
-        graph.PartitionedWriter(fs, plan.work("shingles"), index, SHINGLE_SCHEMA, plan.partitions)
+        shuffle.PartitionedWriter(fs, plan.work("shingles"), index, SHINGLE_SCHEMA, plan.partitions)
         if cfg.verify
         else None
     )
@@ -286,7 +286,7 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
 def bucket_task(plan: _Plan, part: int) -> dict[str, Any]:
     """Star edges of every key shared by two or more documents, written by source node."""
     fs = plan.fs
-    table = graph.read_partition(fs, plan.work("keys"), part)
+    table = shuffle.read_partition(fs, plan.work("keys"), part)
     if table is None:
         x = y = np.zeros(0, dtype=np.int64)
     else:
@@ -294,7 +294,7 @@ def bucket_task(plan: _Plan, part: int) -> dict[str, Any]:
         x, y = graph.unique_edges(x, y)
     if plan.cfg.verify:  # exact key pairs are exact copies; the others wait for their Jaccard
         pairs = pa.table({"u": x, "v": y}, schema=graph.EDGE_SCHEMA)
-        graph.write_partitioned(
+        shuffle.write_partitioned(
             fs, plan.work("pairs"), part, pairs, graph.partition_of(x, plan.partitions), plan.partitions
         )
         return {"edges": len(x)}
@@ -320,12 +320,12 @@ def attach_task(plan: _Plan, part: int) -> dict[str, Any]:
     """Verification, first hop: send each pair to its second document's partition, with the shingles of its
     first document (once per destination, not once per pair: a bucket's first document is in many pairs)."""
     fs = plan.fs
-    pairs = graph.read_partition(fs, plan.work("pairs"), part)
-    shingles = graph.read_partition(fs, plan.work("shingles"), part)
+    pairs = shuffle.read_partition(fs, plan.work("pairs"), part)
+    shingles = shuffle.read_partition(fs, plan.work("shingles"), part)
     u = pairs.column("u").to_numpy() if pairs is not None else np.zeros(0, dtype=np.int64)
     v = pairs.column("v").to_numpy() if pairs is not None else np.zeros(0, dtype=np.int64)
     dest = graph.partition_of(v, plan.partitions)
-    graph.write_partitioned(
+    shuffle.write_partitioned(
         fs, plan.work("pairs2"), part, pa.table({"u": u, "v": v}, schema=graph.EDGE_SCHEMA), dest, plan.partitions
     )
     shipped_u, shipped_dest = graph.unique_edges(u, dest)  # distinct (document, destination)
@@ -337,7 +337,7 @@ def attach_task(plan: _Plan, part: int) -> dict[str, Any]:
             {"doc_id": shipped_u[found], "hashes": shingles.column("hashes").take(pa.array(rows[found]))},
             schema=SHINGLE_SCHEMA,
         )
-    graph.write_partitioned(fs, plan.work("shipped"), part, table, shipped_dest[found], plan.partitions)
+    shuffle.write_partitioned(fs, plan.work("shipped"), part, table, shipped_dest[found], plan.partitions)
     return {"pairs": len(u)}
 
 
@@ -356,9 +356,9 @@ def verify_task(plan: _Plan, part: int) -> dict[str, Any]:
     Exact copies always pass (their Jaccard is 1, or both have no shingles and share the exact key).
     """
     fs = plan.fs
-    pairs = graph.read_partition(fs, plan.work("pairs2"), part)
-    shipped = graph.read_partition(fs, plan.work("shipped"), part)
-    shingles = graph.read_partition(fs, plan.work("shingles"), part)
+    pairs = shuffle.read_partition(fs, plan.work("pairs2"), part)
+    shipped = shuffle.read_partition(fs, plan.work("shipped"), part)
+    shingles = shuffle.read_partition(fs, plan.work("shingles"), part)
     x = y = np.zeros(0, dtype=np.int64)
     if pairs is not None and shipped is not None and shingles is not None:
         u, v = pairs.column("u").to_numpy(), pairs.column("v").to_numpy()
@@ -387,7 +387,7 @@ def member_task(plan: _Plan, step: int, part: int) -> dict[str, Any]:
     """Label each node of this partition with its component and attach its ranking columns."""
     fs = plan.fs
     nodes, label = graph.labels(*graph.read_edges(fs, plan.work("cc", f"{step:03d}"), part))
-    meta = graph.read_partition(fs, plan.work("meta"), part)
+    meta = shuffle.read_partition(fs, plan.work("meta"), part)
     members = MEMBER_SCHEMA.empty_table()
     if meta is not None:
         doc_ids = meta.column("doc_id").to_numpy()
@@ -402,7 +402,7 @@ def member_task(plan: _Plan, step: int, part: int) -> dict[str, Any]:
         if len(nodes):
             pos = _rows_of(doc_ids, nodes, order)
             members = meta.take(pa.array(pos)).add_column(0, "cluster_id", pa.array(label, pa.int64()))
-    graph.write_partitioned(
+    shuffle.write_partitioned(
         fs,
         plan.work("members"),
         part,
@@ -448,7 +448,7 @@ def _size_bucket(size: int) -> str:
 def cluster_task(plan: _Plan, part: int, run_id: str) -> dict[str, Any]:
     """Pick the kept document of every component in this partition; write its clusters file and stats."""
     fs = plan.fs
-    members = graph.read_partition(fs, plan.work("members"), part)
+    members = shuffle.read_partition(fs, plan.work("members"), part)
     out = plan.out
     if members is None or members.num_rows == 0:
         clusters = CLUSTER_SCHEMA.empty_table()
@@ -514,24 +514,9 @@ def _cluster_stats(clusters: pa.Table, run_id: str, part: int) -> pa.Table:
 # ---- orchestration ---------------------------------------------------------------------------------------
 
 
-def _marked(plan: _Plan, marker: str, fn: Any, *args: Any) -> Any:
-    """Run one task and commit its result as a marker, so a rerun skips it."""
-    result = fn(plan, *args)
-    io.write_bytes_atomic(plan.fs, marker, json.dumps(result).encode())
-    pa.default_memory_pool().release_unused()  # Ray reuses the worker process for the next task
-    return result
-
-
 def _phase(ctx: TaskContext, plan: _Plan, name: str, fn: Any, items: list[tuple[Any, ...]]) -> list[Any]:
     """Run the items of one phase that have no marker yet; return every item's result, in order."""
-    marker_dir = plan.work("_done", name)
-    plan.fs.create_dir(marker_dir, recursive=True)
-    markers = [io.join(marker_dir, f"{i:05d}.json") for i in range(len(items))]
-    done = set(io.expand(plan.fs, marker_dir, suffix=".json"))  # finished by an interrupted run
-    todo = [i for i, m in enumerate(markers) if m not in done]
-    ran = ctx.map(_marked, [(plan, markers[i], fn, *items[i]) for i in todo], f"dedup {name}")
-    results = dict(zip(todo, ran, strict=True))
-    return [results[i] if i in results else json.loads(io.read_text(plan.fs, m)) for i, m in enumerate(markers)]
+    return run_phase(ctx, plan.fs, plan.work("_done", name), f"dedup {name}", fn, [(plan, *i) for i in items])
 
 
 def _remove_dir(plan: _Plan, path: str) -> None:

@@ -21,10 +21,8 @@ one process is the single-node bottleneck the peers complain about (datatrove #1
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from stackcurate.core import io
-from stackcurate.stages.dedup.minhash import mix64
+from stackcurate.core.shuffle import mix64, read_partition, write_partitioned
 
 EDGE_SCHEMA = pa.schema([pa.field("u", pa.int64()), pa.field("v", pa.int64())])
 
@@ -34,63 +32,6 @@ def partition_of(ids: np.ndarray, partitions: int) -> np.ndarray:
     if partitions == 1:
         return np.zeros(len(ids), dtype=np.int64)
     return (mix64(ids) % np.uint64(partitions)).astype(np.int64)
-
-
-def part_dir(root: str, part: int) -> str:
-    return io.join(root, f"part-{part:05d}")
-
-
-class PartitionedWriter:
-    """Streams rows to `root/part-P/<writer>.parquet`, P being each row's partition; files appear on commit.
-
-    Every partition gets a file, empty or not, so the files of a finished writer are always complete.
-    """
-
-    def __init__(self, fs: pafs.FileSystem, root: str, writer: int, schema: pa.Schema, partitions: int) -> None:
-        self.partitions = partitions
-        self.sinks = []
-        for p in range(partitions):
-            fs.create_dir(part_dir(root, p), recursive=True)
-            self.sinks.append(io.AtomicParquetWriter(fs, io.join(part_dir(root, p), f"{writer:05d}.parquet"), schema))
-
-    def write(self, table: pa.Table, parts: np.ndarray) -> None:
-        if table.num_rows == 0:
-            return
-        order = np.argsort(parts, kind="stable")
-        bounds = np.searchsorted(parts[order], np.arange(self.partitions + 1))
-        table = table.take(pa.array(order))
-        for p, sink in enumerate(self.sinks):
-            if bounds[p + 1] > bounds[p]:
-                sink.write(table.slice(int(bounds[p]), int(bounds[p + 1] - bounds[p])))
-
-    def commit(self) -> None:
-        for sink in self.sinks:
-            sink.commit()
-
-    def abort(self) -> None:
-        for sink in self.sinks:
-            sink.abort()
-
-
-def write_partitioned(
-    fs: pafs.FileSystem, root: str, writer: int, table: pa.Table, parts: np.ndarray, partitions: int
-) -> None:
-    """Write all rows of `table` at once (see :class:`PartitionedWriter`)."""
-    sink = PartitionedWriter(fs, root, writer, table.schema, partitions)
-    try:
-        sink.write(table, parts)
-    except BaseException:
-        sink.abort()
-        raise
-    sink.commit()
-
-
-def read_partition(fs: pafs.FileSystem, root: str, part: int) -> pa.Table | None:
-    """All rows written to partition `part` of `root`, in writer order (None if nothing was written)."""
-    files = io.expand(fs, part_dir(root, part), suffix=".parquet")  # sorted: writer order
-    tables = [pq.read_table(f, filesystem=fs) for f in files]
-    tables = [t for t in tables if t.num_rows]
-    return pa.concat_tables(tables) if tables else None
 
 
 def unique_edges(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -291,15 +291,6 @@ def _band_keys(sig: np.ndarray, bands: int, rows: int, keys: np.ndarray) -> None
             keys[d, band] = h
 
 
-def mix64(values: np.ndarray) -> np.ndarray:
-    """splitmix64 of every element (uint64 in, uint64 out): the hash that spreads ids over partitions."""
-    with np.errstate(over="ignore"):
-        x = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
-
-
 def signatures(
     texts: pa.Array | pa.ChunkedArray, *, num_perm: int, seed: int, ngram: int, min_tokens: int, lowercase: bool
 ) -> tuple[np.ndarray, np.ndarray]:
