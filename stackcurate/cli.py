@@ -111,6 +111,22 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_arguments(e)
     e.set_defaults(handler=_cmd_pii_model_eval)
 
+    p = sub.add_parser("tokenizer", help="train a tokenizer (StarCoder's BPE recipe) on a run's documents")
+    tok_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    from stackcurate.stages import tokenize
+
+    t = tok_sub.add_parser(
+        "train", help="train and save in the HF format", description=tokenize.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    t.add_argument("--input", required=True, help="folder of Parquet with a text (or content) column")
+    t.add_argument("--out", required=True, help="tokenizer folder to write (AutoTokenizer.from_pretrained reads it)")
+    for name in ("vocab_size", "train_mb", "seed"):
+        field = tokenize.TokenizeConfig.__dataclass_fields__[name]
+        t.add_argument(f"--{name.replace('_', '-')}", type=type(field.default), default=field.default,
+                       help=field.metadata["help"])  # fmt: skip
+    t.set_defaults(handler=_cmd_tokenizer_train)
+
     p = sub.add_parser("sample", help="build the embedded default input from code installed on this machine")
     p.add_argument("out", help="folder to write (replaced if it exists)")
     p.add_argument("--max-mb", type=float, default=20.0, help="total size of the sample, MB")
@@ -186,6 +202,16 @@ def _cmd_stats(args: argparse.Namespace) -> None:
     from stackcurate.query import run_query
 
     _print_relation(run_query(args.out, STATS_SQL), "table", 200)
+
+
+def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from stackcurate.stages import plan_records, tokenize
+
+    cfg = tokenize.TokenizeConfig(vocab_size=args.vocab_size, train_mb=args.train_mb, seed=args.seed)
+    folder = tokenize.train_tokenizer(cfg, plan_records(cfg, args.input), args.input, Path(args.out))
+    print(folder)
 
 
 def _cmd_pii_model_train(args: argparse.Namespace) -> None:

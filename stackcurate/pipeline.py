@@ -107,8 +107,8 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
             plan=[f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {stage_dir.uri}"],
         )
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, partial(_map_tasks, opts))
     if spec.prepare is not None:
-        ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, partial(_map_tasks, opts))
         cfg = spec.prepare(cfg, ctx)
     config = to_dict(cfg)
     done = stage_dir.prepare(plan_fingerprint(spec.name, config, shards), overwrite=opts.overwrite)
@@ -132,6 +132,8 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
             from stackcurate.runners import local
 
             local.run(factory, pending, stage_dir, run_id, progress=opts.progress)
+    if spec.finish is not None:
+        spec.finish(cfg, ctx)
     stage_dir.finish(dump_yaml({"stage": spec.name, "input": input_uri, "config": config}))
     result = StageResult(spec.name, len(shards), len(pending), seconds=time.perf_counter() - started)
     for marker in io.expand(stage_dir.fs, io.join(stage_dir.root, "_shards"), suffix=".json"):

@@ -1,6 +1,7 @@
 """DuckDB over an output folder: one view per stage output.
 
-Views: `<stage>` (kept rows), `<stage>_removed`, `<stage>_errors`, and `stats` (every stage's counters).
+Views: `<stage>` (kept rows), `<stage>_removed`, `<stage>_errors`, `tokenize_documents` (where each document
+went in the Megatron shards), and `stats` (every stage's counters).
 
 Example:
     stackcurate query work/demo "select language, count(*) n from language group by 1 order by n desc"
@@ -29,6 +30,7 @@ def connect(out: str | Path) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
             (stage_dir.name, stage_dir),
             (f"{stage_dir.name}_removed", stage_dir / "removed"),
             (f"{stage_dir.name}_errors", stage_dir / "errors"),
+            (f"{stage_dir.name}_documents", stage_dir / "megatron" / "documents"),  # tokenize: shard positions
         ):
             if any(sub.glob("*.parquet")):
                 glob = _sql_str(str(sub / "*.parquet"))

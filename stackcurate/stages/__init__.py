@@ -34,6 +34,9 @@ class StageSpec:
     prepare: Callable[[Any, TaskContext], Any] | None = None
     # Ray resources each worker of the stage needs beyond one CPU (pii: `{"num_gpus": ...}` for the model).
     resources: Callable[[Any], dict[str, float]] | None = None
+    # Global work after every shard is done, before the stage is marked complete (tokenize: the Megatron
+    # shards, from the tokenized rows; format: dropping its grouped copy of the input).
+    finish: Callable[[Any, TaskContext], None] | None = None
 
 
 def plan_records(cfg: Any, input_uri: str | None) -> list[Shard]:
@@ -98,6 +101,32 @@ def _pii() -> StageSpec:
     return StageSpec("pii", pii.PiiConfig, pii.PiiStage, plan_records, prepare=pii.prepare, resources=pii.resources)
 
 
+def _format() -> StageSpec:
+    from stackcurate.stages import format as format_stage
+
+    return StageSpec(
+        "format",
+        format_stage.FormatConfig,
+        format_stage.FormatStage,
+        plan_records,
+        prepare=format_stage.group,
+        finish=format_stage.drop_groups,
+    )
+
+
+def _tokenize() -> StageSpec:
+    from stackcurate.stages import tokenize
+
+    return StageSpec(
+        "tokenize",
+        tokenize.TokenizeConfig,
+        tokenize.TokenizeStage,
+        plan_records,
+        prepare=tokenize.prepare,
+        finish=tokenize.write_shards,
+    )
+
+
 _SPECS = {
     "ingest": _ingest,
     "license": _license,
@@ -106,6 +135,8 @@ _SPECS = {
     "decontaminate": _decontaminate,
     "dedup": _dedup,
     "pii": _pii,
+    "format": _format,
+    "tokenize": _tokenize,
 }
 STAGE_ORDER = tuple(_SPECS)
 

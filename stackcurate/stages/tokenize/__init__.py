@@ -1,0 +1,279 @@
+"""Tokenization: formatted documents to token ids (Parquet), then Megatron-LM `.bin/.idx` shards + a manifest.
+
+1. **tokenizer**: `tokenizer: train` (default) trains StarCoder's BPE recipe (`tokenizer.py`) on a seeded
+   sample of this input (`train_mb`) into `<out>/tokenizer/`, once; or name any HF tokenizer folder.
+2. **tokenize** (one shard per input file, batched `encode_batch_fast` on every worker): each document's ids
+   with the end-of-document token appended, as rows `doc_id`, `language`, `n_tokens`, `tokens`, and `order`,
+   a seeded 64-bit hash of the doc_id that fixes its place in the shards.
+3. **shards**: a shuffle sends each row to output shard `order * S / 2^64` (S from `shard_mb`), then each
+   shard is written in `order` order: documents shuffled with the seed, identically for any number of
+   workers, one sequence per document (`megatron.py`). `<out>/tokenize/megatron/` holds
+   `shard_NNNNN.bin/.idx`, `documents/` (shard, position, doc_id, n_tokens: where each document went) and
+   `manifest.json` (tokenizer, special-token ids, vocabulary size, dtype, per-shard documents, tokens and
+   SHA-256 checksums).
+
+Input columns: `text` (the format stage's output) or, without it, `content`; `doc_id`; `language` if any.
+
+Example:
+    stackcurate tokenize --out work/run --tokenizer train --shard-mb 512
+    stackcurate tokenize --out work/run --tokenizer path/to/hf_tokenizer_folder
+"""
+
+import json
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from stackcurate.core import io, shuffle
+from stackcurate.core import tokens as tk
+from stackcurate.core.config import option
+from stackcurate.core.errors import StackcurateError
+from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext, read_records, run_phase
+from stackcurate.stages.tokenize import megatron
+from stackcurate.stages.tokenize import tokenizer as bpe
+
+log = logging.getLogger("stackcurate.tokenize")
+MEGATRON_DIR = "megatron"
+DOCUMENTS_SCHEMA = pa.schema(
+    [
+        pa.field("shard", pa.int32()),
+        pa.field("position", pa.int64()),  # the document's sequence number in its shard
+        pa.field("doc_id", pa.int64()),
+        pa.field("n_tokens", pa.int64()),
+    ]
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizeConfig:
+    """Which tokenizer, and how the Megatron shards are cut and ordered."""
+
+    tokenizer: str = option("train", "train (StarCoder's BPE recipe, on this input) or an HF tokenizer folder",
+                            path=True, keywords=("train",))  # fmt: skip
+    vocab_size: int = option(bpe.VOCAB_SIZE, "tokenizer: train: vocabulary size, special tokens included")
+    train_mb: float = option(1000.0, "tokenizer: train: MB of text, a seeded sample of the input")
+    seed: int = option(42, "seed of the training sample and of the document order in the shards")
+    shard_mb: float = option(512.0, "size of each Megatron .bin shard, about")
+    batch_rows: int = option(512, "documents per encode batch")
+
+    def __post_init__(self) -> None:
+        if self.shard_mb <= 0 or self.train_mb <= 0 or self.batch_rows < 1:
+            raise ValueError("shard_mb, train_mb and batch_rows must be positive")
+
+
+def _order(doc_ids: np.ndarray, seed: int) -> np.ndarray:
+    return shuffle.mix64(doc_ids.astype(np.uint64) ^ shuffle.mix64(np.array([seed], dtype=np.uint64))[0])
+
+
+def _text_column(names: list[str], where: str) -> str:
+    for name in ("text", "content"):
+        if name in names:
+            return name
+    raise StackcurateError(f"tokenize: {where} has neither a text nor a content column; run format first")
+
+
+# ---- 1. the tokenizer ------------------------------------------------------------------------------------
+
+
+def _sample(shards: list[Shard], cfg: TokenizeConfig) -> Iterator[str]:
+    """A seeded sample of about `train_mb` of the input's text (every document when the input is smaller)."""
+    total = 0
+    for shard in shards:
+        fs, path = io.filesystem(shard.path)
+        column = _text_column(pq.read_schema(path, filesystem=fs).names, shard.path)
+        texts = pq.read_table(path, filesystem=fs, columns=[column]).column(column)
+        total += pc.sum(pc.binary_length(texts)).as_py() or 0  # pyright: ignore[reportAttributeAccessIssue]
+    share = min(1.0, cfg.train_mb * 1e6 / max(total, 1))
+    limit = np.uint64(min(int(share * 2.0**64), 2**64 - 1))
+    for shard in shards:
+        fs, path = io.filesystem(shard.path)
+        column = _text_column(pq.read_schema(path, filesystem=fs).names, shard.path)
+        for table in io.scan_parquet_slice(fs, path, 0, 2**62, batch_rows=1024, columns=["doc_id", column]):
+            keep = _order(table.column("doc_id").to_numpy(), cfg.seed + 1) <= limit  # not the shard order
+            yield from (t for t in table.column(column).filter(pa.array(keep)).to_pylist() if t)
+
+
+def train_tokenizer(cfg: TokenizeConfig, shards: list[Shard], input_uri: str | None, folder: Path) -> Path:
+    """Train on a seeded sample of the input into `folder` (kept if it was trained with the same settings)."""
+    wanted = {"vocab_size": cfg.vocab_size, "train_mb": cfg.train_mb, "seed": cfg.seed, "input": input_uri,
+              "input_shards": len(shards)}  # fmt: skip
+    info = folder / "train.json"
+    if info.exists() and {k: v for k, v in json.loads(info.read_text()).items() if k in wanted} == wanted:
+        return folder
+    log.info("training the tokenizer (vocabulary %d) on up to %.0f MB of %s", cfg.vocab_size, cfg.train_mb,
+             input_uri)  # fmt: skip
+    trained = bpe.train(_sample(shards, cfg), folder, vocab_size=cfg.vocab_size, info=wanted)
+    if trained.get_vocab_size() < cfg.vocab_size:
+        log.warning("the input is too small for %d tokens: the tokenizer has %d", cfg.vocab_size,
+                    trained.get_vocab_size())  # fmt: skip
+    return folder
+
+
+def prepare(cfg: TokenizeConfig, ctx: TaskContext) -> TokenizeConfig:
+    """Train the tokenizer into `<out>/tokenizer` when asked (once: a finished one of the same settings stays)."""
+    if cfg.tokenizer != "train":
+        bpe.load(cfg.tokenizer)  # a one-line error now rather than on every worker
+        return cfg
+    if "://" in ctx.out:
+        raise StackcurateError("tokenizer: train writes a local folder; pass --tokenizer DIR with an --out on S3")
+    folder = train_tokenizer(cfg, ctx.shards, ctx.input_uri, Path(ctx.out) / "tokenizer")
+    return replace(cfg, tokenizer=str(folder))
+
+
+# ---- 2. tokenize -----------------------------------------------------------------------------------------
+
+
+class TokenizeStage:
+    """Encodes documents in batches; the end-of-document token closes each one."""
+
+    name = "tokenize"
+
+    def __init__(self, cfg: TokenizeConfig) -> None:
+        self.cfg = cfg
+        if cfg.tokenizer == "train":  # checked before `prepare` trains it; the workers get the folder
+            self.tokenizer = None
+            return
+        self.tokenizer = bpe.load(cfg.tokenizer)
+        self.eod = self.tokenizer.token_to_id(tk.EOD)
+        self.dtype = megatron.token_dtype(self.tokenizer.get_vocab_size())
+
+    def read(self, shard: Shard) -> Iterator[pa.Table]:
+        if self.tokenizer is None:
+            raise StackcurateError("tokenize: the tokenizer is not trained yet; run `stackcurate tokenize`")
+        fs, path = io.filesystem(shard.path)
+        names = pq.read_schema(path, filesystem=fs).names
+        text = _text_column(names, shard.path)
+        columns = ["doc_id", text] + (["language"] if "language" in names else [])
+        for table in read_records(shard, self.cfg.batch_rows):
+            yield table.select(columns).rename_columns([c if c != "content" else "text" for c in columns])
+
+    def output_schema(self, shard: Shard) -> pa.Schema:
+        return pa.schema(
+            [
+                pa.field("doc_id", pa.int64(), nullable=False),
+                pa.field("language", pa.string()),
+                pa.field("n_tokens", pa.int64()),
+                pa.field("order", pa.uint64()),
+                pa.field("tokens", pa.large_list(pa.from_numpy_dtype(self.dtype))),
+            ]
+        )
+
+    def __call__(self, table: pa.Table) -> StageOutput:
+        texts = [t or "" for t in table.column("text").to_pylist()]
+        assert self.tokenizer is not None
+        encoded = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
+        lengths = np.fromiter((len(e.ids) + 1 for e in encoded), dtype=np.int64, count=len(encoded))
+        flat = np.empty(int(lengths.sum()), dtype=self.dtype)
+        ends = np.cumsum(lengths)
+        for e, end, n in zip(encoded, ends.tolist(), lengths.tolist(), strict=True):
+            flat[end - n : end - 1] = e.ids
+            flat[end - 1] = self.eod
+        offsets = np.concatenate([[0], ends])
+        doc_ids = table.column("doc_id").to_numpy()
+        n = table.num_rows
+        kept = pa.table(
+            {
+                "doc_id": doc_ids,
+                "language": table.column("language") if "language" in table.column_names else pa.nulls(n, pa.string()),
+                "n_tokens": lengths,
+                "order": _order(doc_ids, self.cfg.seed),
+                "tokens": pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(flat)),
+            }
+        )
+        return StageOutput(kept=kept, stats={("tokens", None, None): float(lengths.sum())})
+
+
+# ---- 3. Megatron shards ----------------------------------------------------------------------------------
+
+
+def route_task(path: str, index: int, root: str, shards: int) -> dict[str, Any]:
+    """Send one tokenized file's rows to their output shard (the order hash's range)."""
+    fs, file = io.filesystem(path)
+    out_fs, out_root = io.filesystem(root)
+    table = pq.read_table(file, filesystem=fs, columns=["doc_id", "order", "n_tokens", "tokens"])
+    order = table.column("order").to_numpy()
+    parts = ((order >> np.uint64(32)) * np.uint64(shards)) >> np.uint64(32)  # order * S / 2^64, S < 2^32
+    shuffle.write_partitioned(out_fs, out_root, index, table, parts.astype(np.int64), shards)
+    return {"rows": table.num_rows}
+
+
+def shard_task(root: str, megatron_root: str, part: int, dtype_name: str) -> dict[str, Any]:
+    """Write Megatron shard `part`: its documents in `order` order."""
+    fs, work = io.filesystem(root)
+    out_fs, out = io.filesystem(megatron_root)
+    table = shuffle.read_partition(fs, work, part)
+    schema_dtype = np.dtype(dtype_name)
+    if table is None:
+        tokens, lengths = np.zeros(0, dtype=schema_dtype), np.zeros(0, dtype=np.int64)
+        doc_ids = np.zeros(0, dtype=np.int64)
+    else:
+        ranked = np.lexsort((table.column("doc_id").to_numpy(), table.column("order").to_numpy()))
+        table = table.take(pa.array(ranked))
+        lengths = table.column("n_tokens").to_numpy()
+        tokens = table.column("tokens").combine_chunks().flatten().to_numpy()
+        doc_ids = table.column("doc_id").to_numpy()
+    prefix = io.join(out, f"shard_{part:05d}")
+    written = megatron.write(out_fs, prefix, tokens, lengths, schema_dtype)
+    documents = pa.table(
+        {
+            "shard": np.full(len(lengths), part, dtype=np.int32),
+            "position": np.arange(len(lengths), dtype=np.int64),
+            "doc_id": doc_ids,
+            "n_tokens": lengths,
+        },
+        schema=DOCUMENTS_SCHEMA,
+    )
+    out_fs.create_dir(io.join(out, "documents"), recursive=True)
+    sink = io.AtomicParquetWriter(out_fs, io.join(out, "documents", f"{part:05d}.parquet"), DOCUMENTS_SCHEMA)
+    sink.write(documents)
+    sink.commit()
+    return {"shard": f"shard_{part:05d}", **written.__dict__}
+
+
+def write_shards(cfg: TokenizeConfig, ctx: TaskContext) -> None:
+    """Route the tokenized rows to S shards and write them, then the manifest (resumes like the shards)."""
+    stage = StageDir(ctx.out, "tokenize")
+    if io.exists(stage.fs, io.join(stage.root, MEGATRON_DIR, "manifest.json")):
+        return  # written by an earlier run of this same plan (another plan would have needed --overwrite)
+    files = [stage.path("data", s) for s in ctx.shards]
+    tok = bpe.load(cfg.tokenizer)
+    dtype = megatron.token_dtype(tok.get_vocab_size())
+    tokens = 0
+    for path in files:
+        fs, file = io.filesystem(path)
+        tokens += int(pq.read_table(file, filesystem=fs, columns=["n_tokens"]).column("n_tokens").to_numpy().sum())
+    shards = max(1, math.ceil(tokens * dtype.itemsize / (cfg.shard_mb * 1e6)))
+    work = io.join(stage.uri, "_work")
+    megatron_root = io.join(stage.uri, MEGATRON_DIR)
+    stage.fs.create_dir(io.join(stage.root, MEGATRON_DIR), recursive=True)
+    run_phase(ctx, stage.fs, io.join(stage.root, "_work", "_done", f"route-{shards}"), "tokenize route", route_task,
+              [(path, i, io.join(work, f"routed-{shards}"), shards) for i, path in enumerate(files)])  # fmt: skip
+    written = run_phase(ctx, stage.fs, io.join(stage.root, "_work", "_done", f"shards-{shards}"), "tokenize shards",
+                        shard_task, [(io.join(work, f"routed-{shards}"), megatron_root, p, dtype.name)
+                                     for p in range(shards)])  # fmt: skip
+    manifest = {
+        "format": "megatron-indexed-dataset",
+        "version": megatron.VERSION,
+        "tokenizer": cfg.tokenizer,
+        "vocab_size": tok.get_vocab_size(),
+        "dtype": dtype.name,
+        "dtype_code": megatron.DTYPE_CODES[dtype],
+        "eod_token": tk.EOD,
+        "eod_id": tok.token_to_id(tk.EOD),
+        "special_tokens": bpe.special_ids(tok),
+        "seed": cfg.seed,
+        "documents": sum(w["documents"] for w in written),
+        "tokens": sum(w["tokens"] for w in written),
+        "shards": written,
+    }
+    io.write_bytes_atomic(stage.fs, io.join(stage.root, MEGATRON_DIR, "manifest.json"),
+                          (json.dumps(manifest, indent=1) + "\n").encode())  # fmt: skip
+    stage.fs.delete_dir(io.join(stage.root, "_work"))

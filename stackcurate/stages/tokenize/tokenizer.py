@@ -1,0 +1,82 @@
+"""StarCoder's tokenizer recipe with HF `tokenizers`: byte-level BPE, digits split one by one, GPT-2's regex.
+
+As BigCode's `train_bpe_tokenizer.py`: `Digits(individual_digits=True)` then `ByteLevel(add_prefix_space=False,
+use_regex=True)`, the 256 byte symbols as the initial alphabet, vocabulary 49,152 including the special
+tokens, which take the lowest ids in `core/tokens.py` order (`<|endoftext|>` = 0 is bos, eos and unk).
+Training text has the special-token strings stripped (BigCode trained on a sample "special-tokens-stripped").
+
+Saved with transformers' `PreTrainedTokenizerFast.save_pretrained`, so `AutoTokenizer.from_pretrained(folder)`
+loads it; `train.json` beside it records the settings and the corpus it saw.
+"""
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from stackcurate.core import tokens as tk
+from stackcurate.core.errors import StackcurateError
+
+VOCAB_SIZE = 49_152
+
+
+def strip_special(text: str) -> str:
+    for token in tk.SPECIAL_TOKENS:
+        if token in text:
+            text = text.replace(token, "")
+    return text
+
+
+def train(texts: Iterable[str], folder: str | Path, *, vocab_size: int = VOCAB_SIZE, info: dict[str, Any]) -> Any:
+    """Train on `texts` and save to `folder` in the HF format; returns the `tokenizers.Tokenizer`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size < len(tk.SPECIAL_TOKENS) + 256:
+        raise StackcurateError(f"vocab_size must be at least {len(tk.SPECIAL_TOKENS) + 256} (specials + bytes)")
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(tk.SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator((strip_special(t) for t in texts), trainer)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=tk.EOD,
+        eos_token=tk.EOD,
+        unk_token=tk.EOD,
+        additional_special_tokens=list(tk.SPECIAL_TOKENS[1:]),
+    ).save_pretrained(str(folder))
+    info = {**info, "vocab_size_requested": vocab_size, "vocab_size": tokenizer.get_vocab_size()}
+    (folder / "train.json").write_text(json.dumps(info, indent=1) + "\n")
+    return tokenizer
+
+
+def load(folder: str | Path) -> Any:
+    """The `tokenizers.Tokenizer` of an HF tokenizer folder; one-line errors for what is missing."""
+    from tokenizers import Tokenizer
+
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        raise StackcurateError(f"{folder} is not a tokenizer folder (no tokenizer.json); train one or fix the path")
+    tokenizer = Tokenizer.from_file(str(path))
+    if tokenizer.token_to_id(tk.EOD) is None:
+        raise StackcurateError(f"the tokenizer in {folder} has no {tk.EOD} token to end documents with")
+    return tokenizer
+
+
+def special_ids(tokenizer: Any) -> dict[str, int]:
+    """The ids of the special tokens this tokenizer has."""
+    ids = {token: tokenizer.token_to_id(token) for token in tk.SPECIAL_TOKENS}
+    return {token: i for token, i in ids.items() if i is not None}
