@@ -19,8 +19,12 @@ base:
 
 demo: install
 	stackcurate sample work/sample
-	stackcurate run pipelines/demo.yaml
+	stackcurate run pipelines/demo.yaml --overwrite
 	stackcurate stats work/demo
+	rm -rf work/demo/train
+	stackcurate train --data work/demo/tokenize/megatron --out work/demo/train --preset tiny --seq-len 128 \
+		--micro-batch 4 --steps 60 --no-progress
+	stackcurate generate work/demo/train/checkpoint-60 --prompt "def main():\n    " --max-new-tokens 16
 
 test: install-dev
 	RAY_USAGE_STATS_ENABLED=0 RAY_DATA_DISABLE_PROGRESS_BARS=1 $(PYTHON) -m pytest -q

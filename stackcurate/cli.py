@@ -111,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_arguments(e)
     e.set_defaults(handler=_cmd_pii_model_eval)
 
+    for name, text in (
+        ("train", "train a StarCoder2-style model on the Megatron shards (`stackcurate train --help`)"),
+        ("generate", "complete code with a checkpoint, FIM included (`stackcurate generate --help`)"),
+    ):  # handled by stackcurate/entry.py before this parser is built; listed here for --help
+        sub.add_parser(name, help=text, add_help=False)
+
     p = sub.add_parser("tokenizer", help="train a tokenizer (StarCoder's BPE recipe) on a run's documents")
     tok_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     from stackcurate.stages import tokenize
@@ -238,6 +244,11 @@ def _cmd_sample(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("train", "generate"):  # `python -m stackcurate.cli train ...` too
+        from stackcurate.train.cli import main as light
+
+        return light(argv)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     args = build_parser().parse_args(argv)
     from stackcurate.core import log

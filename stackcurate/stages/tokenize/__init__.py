@@ -103,8 +103,13 @@ def _sample(shards: list[Shard], cfg: TokenizeConfig) -> Iterator[str]:
 
 def train_tokenizer(cfg: TokenizeConfig, shards: list[Shard], input_uri: str | None, folder: Path) -> Path:
     """Train on a seeded sample of the input into `folder` (kept if it was trained with the same settings)."""
+    files = []
+    for shard in shards:  # size and modification time: a rewritten input trains a new tokenizer
+        fs, path = io.filesystem(shard.path)
+        info = fs.get_file_info(path)
+        files.append([shard.path, info.size, info.mtime_ns])
     wanted = {"vocab_size": cfg.vocab_size, "train_mb": cfg.train_mb, "seed": cfg.seed, "input": input_uri,
-              "input_shards": len(shards)}  # fmt: skip
+              "input_files": files}  # fmt: skip
     info = folder / "train.json"
     if info.exists() and {k: v for k, v in json.loads(info.read_text()).items() if k in wanted} == wanted:
         return folder

@@ -1,0 +1,83 @@
+"""`stackcurate train` and `stackcurate generate` (also `python -m stackcurate.train.cli ...` under torchrun).
+
+Kept apart from `stackcurate/cli.py`, which imports every stage: this one needs torch, numpy and transformers.
+"""
+
+import argparse
+import os
+import sys
+from dataclasses import MISSING
+
+from stackcurate.core.errors import StackcurateError
+
+
+def parser() -> argparse.ArgumentParser:
+    from stackcurate.train import loop
+
+    top = argparse.ArgumentParser(prog="stackcurate", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    t = sub.add_parser("train", help="train a StarCoder2-style model on Megatron shards (resumes)")
+    for name, default, help_text in loop.config_fields():
+        flag = f"--{name.replace('_', '-')}"
+        if default is MISSING:
+            t.add_argument(flag, required=True, help=help_text)
+        elif isinstance(default, bool):
+            t.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+        else:
+            kind = float if name == "peak_tflops" else (int if name == "stop_after" else type(default))
+            t.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: {default})")
+    t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    t.add_argument(
+        "--ray-workers", type=int, default=0,
+        help="run on Ray (RAY_ADDRESS or a local Ray) through Ray Train with this many workers (needs ray[train])",
+    )  # fmt: skip
+    g = sub.add_parser("generate", help="complete code (or fill in the middle) with a checkpoint")
+    g.add_argument("checkpoint", help="a checkpoint-<step> folder of a train run")
+    g.add_argument("--prompt", required=True, help="the code before the cursor")
+    g.add_argument("--suffix", default=None, help="the code after the cursor: fill-in-the-middle")
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    g.add_argument("--seed", type=int, default=0)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            from stackcurate.train import loop
+
+            values = {name: getattr(args, name) for name, _, _ in loop.config_fields()}
+            cfg = loop.TrainConfig(**values)
+            if args.ray_workers:
+                rows = loop.train_on_ray(cfg, args.ray_workers, progress=args.progress)
+            else:
+                rows = loop.train(cfg, progress=args.progress)
+            if rows:
+                last = rows[-1]
+                mfu = f", MFU {last['mfu']:.1%}" if last["mfu"] else ""
+                print(f"train: step {last['step']}, loss {last['loss']:.4f}, {last['tokens_per_s']:.0f} tokens/s"
+                      f"{mfu}; checkpoints in {args.out}")  # fmt: skip
+        else:
+            from stackcurate.train import generate
+
+            net, tokenizer = generate.load(args.checkpoint)
+            text = generate.complete(
+                net, tokenizer, args.prompt.encode().decode("unicode_escape"),
+                suffix=args.suffix.encode().decode("unicode_escape") if args.suffix is not None else None,
+                max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+            )  # fmt: skip
+            print(text)
+    except StackcurateError as exc:
+        if os.environ.get("STACKCURATE_DEBUG"):
+            raise
+        print(f"stackcurate: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("stackcurate: interrupted; rerun the same command to resume from the last checkpoint", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
