@@ -3,6 +3,7 @@ is exact, and checkpoints load with `from_pretrained`."""
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import sysconfig
@@ -133,3 +134,28 @@ def test_ray_train_with_two_workers_matches_one_process(shards, tmp_path, ray_lo
     ddp = [float(loss) for _, loss in _losses(tmp_path / "two")]
     assert np.allclose(straight, ddp, rtol=1e-4), (straight, ddp)
     assert one[-1]["step"] == 4 and (tmp_path / "two" / "checkpoint-4" / "trainer.pt").exists()
+
+
+def _torchrun(shards: Path, out: Path, *extra: str) -> None:
+    torchrun = Path(sys.executable).parent / "torchrun"
+    cmd = [str(torchrun) if torchrun.exists() else "torchrun", "--standalone", "--nproc-per-node", "2",
+           "-m", "stackcurate.train.cli", "train", "--data", str(shards), "--out", str(out),
+           "--preset", "tiny", "--seq-len", "64", "--micro-batch", "4", "--grad-accum", "1", "--steps", "4",
+           "--lr", "3e-3", "--min-lr", "3e-4", "--warmup", "3", "--eval-every", "6", "--save-every", "6",
+           "--held-out", "0.1", "--no-progress", *extra]  # fmt: skip
+    got = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert got.returncode == 0, got.stderr[-3000:]
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_torchrun_with_two_processes_matches_one_process(shards, tmp_path, mode):
+    from transformers import AutoConfig
+
+    loop.train(_cfg(shards, tmp_path / "one", steps=4, micro_batch=8, grad_accum=1), progress=False)
+    extra = ["--fsdp"] if mode == "fsdp" else []
+    _torchrun(shards, tmp_path / "two", "--stop-after", "2", *extra)  # interrupted after step 2 ...
+    _torchrun(shards, tmp_path / "two", *extra)  # ... and resumed: each rank reads its own samples
+    straight = [float(loss) for _, loss in _losses(tmp_path / "one")]
+    parallel = [float(loss) for _, loss in _losses(tmp_path / "two")]
+    assert np.allclose(straight, parallel, rtol=1e-4), (straight, parallel)
+    assert AutoConfig.from_pretrained(tmp_path / "two" / "checkpoint-4").architectures == ["Starcoder2ForCausalLM"]

@@ -1,8 +1,8 @@
 """The training loop: AdamW, warmup + cosine, accumulation, clipping, bf16 on GPU, exact resume.
 
 One process per device. Under `torchrun` (or Ray Train's TorchTrainer, which sets the same variables) each
-rank joins the process group and wraps the model in DDP; alone it trains on the one device it has (a GPU,
-else the CPU). A checkpoint is `checkpoint-<step>/`: the model in HF format (`from_pretrained` loads it)
+rank joins the process group and wraps the model in DDP, or with `fsdp` shards it with FSDP2 (`fully_shard`
+per decoder layer, then the root); alone it trains on the one device it has (a GPU, else the CPU). A checkpoint is `checkpoint-<step>/`: the model in HF format (`from_pretrained` loads it)
 with the tokenizer beside it, and `trainer.pt` with the optimizer, scheduler, every RNG state and the data
 position, so a resumed run continues the same loss curve. Metrics go to `metrics.csv`: step, tokens, loss,
 learning rate, tokens/s, MFU and, every `eval_every` steps, the held-out loss.
@@ -52,6 +52,7 @@ class TrainConfig:
     seed: int = 42
     device: str = "auto"
     compile: bool = False
+    fsdp: bool = False
     peak_tflops: float | None = None
     stop_after: int | None = None  # stop (as if interrupted) after this step, checkpoint written: for tests
 
@@ -75,6 +76,7 @@ class TrainConfig:
         "seed": "seed of the initial weights, the data split and the document order",
         "device": "auto (a GPU if there is one), cuda, cpu",
         "compile": "torch.compile the model (GPU)",
+        "fsdp": "with several processes, shard weights, gradients and optimizer state (FSDP2) instead of DDP",
         "peak_tflops": "peak FLOP/s of one device for MFU (default: from the GPU's name)",
         "stop_after": "stop after this step as if interrupted (testing resume)",
     }
@@ -135,11 +137,18 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
     torch.manual_seed(cfg.seed)
     net_cfg = model.config(cfg.preset, shards.vocab_size, cfg.seq_len, shards.manifest.get("special_tokens", {}))
     net = model.build(net_cfg).to(device)
+    fsdp = cfg.fsdp and world > 1
+    if fsdp:  # each decoder layer its own unit, then the rest (embeddings, tied head, final norm) at the root
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in net.model.layers:
+            fully_shard(layer)
+        fully_shard(net)
     decay = [p for n, p in net.named_parameters() if p.dim() >= 2 and "embed" not in n]
     no_decay = [p for n, p in net.named_parameters() if p.dim() < 2 or "embed" in n]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda",
+        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda" and not fsdp,
     )  # fmt: skip
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr(s, cfg) / cfg.lr)
     step, position = 0, 0
@@ -148,10 +157,27 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         state = torch.load(resume / "trainer.pt", map_location="cpu", weights_only=False)
         if state.get("manifest_sha256") != _digest(cfg.data) or state["config"]["preset"] != cfg.preset:
             raise StackcurateError(f"{out} holds a run of other data or another preset; choose another --out")
+        if state.get("world", 1) != world or state["config"].get("fsdp", False) != cfg.fsdp:
+            raise StackcurateError(
+                f"{out} was trained by {state.get('world', 1)} process(es) (fsdp={state['config'].get('fsdp')}); "
+                "resume it the same way, so the data position means the same samples"
+            )
         from transformers import Starcoder2ForCausalLM
 
-        net.load_state_dict(Starcoder2ForCausalLM.from_pretrained(resume).state_dict())
-        optimizer.load_state_dict(state["optimizer"])
+        weights = Starcoder2ForCausalLM.from_pretrained(resume).state_dict()
+        if fsdp:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+                set_optimizer_state_dict,
+            )
+
+            full = StateDictOptions(full_state_dict=True)
+            set_model_state_dict(net, weights, options=full)
+            set_optimizer_state_dict(net, optimizer, state["optimizer"], options=full)
+        else:
+            net.load_state_dict(weights)
+            optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         step, position = state["step"], state["position"]
         torch.set_rng_state(state["rng"]["torch"])
@@ -159,7 +185,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         if device.type == "cuda" and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state(state["rng"]["cuda"], device)
     wrapped: Any = net
-    if world > 1:
+    if world > 1 and not fsdp:
         from torch.nn.parallel import DistributedDataParallel
 
         wrapped = DistributedDataParallel(net, device_ids=[local_rank] if device.type == "cuda" else None)
@@ -198,7 +224,9 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         for micro in range(cfg.grad_accum):
             batch = train_set.batch(position, cfg.micro_batch, rank, world)
             position += cfg.micro_batch
-            if world > 1 and micro < cfg.grad_accum - 1:
+            if fsdp:  # gradients are reduced on the last micro-batch only
+                net.set_requires_gradient_sync(micro == cfg.grad_accum - 1)
+            if world > 1 and not fsdp and micro < cfg.grad_accum - 1:
                 with wrapped.no_sync():
                     loss = loss_of(batch) / cfg.grad_accum
                     loss.backward()
@@ -231,8 +259,8 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)
         if rank == 0:
             _append(metrics_path, row)
-        if rank == 0 and (step % cfg.save_every == 0 or step == last):
-            _save(out, net, optimizer, scheduler, step, position, cfg, torch, device)
+        if step % cfg.save_every == 0 or step == last:  # every rank: FSDP gathers the full state
+            _save(out, net, optimizer, scheduler, step, position, cfg, torch, device, rank, world, fsdp)
     bar.close()
     if own_group:
         dist.destroy_process_group()
@@ -305,12 +333,32 @@ def _append(path: Path, row: dict[str, Any]) -> None:
 
 
 def _save(out: Path, net: Any, optimizer: Any, scheduler: Any, step: int, position: int, cfg: TrainConfig,
-          torch: Any, device: Any) -> None:  # fmt: skip
-    """Write `checkpoint-<step>` under a temporary name, then move it into place (never half a checkpoint)."""
+          torch: Any, device: Any, rank: int, world: int, fsdp: bool) -> None:  # fmt: skip
+    """Write `checkpoint-<step>` under a temporary name, then move it into place (never half a checkpoint).
+    Called on every rank; with FSDP they all take part in gathering the full state, and rank 0 writes."""
+    if fsdp:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(net, options=full)
+        optimizer_state = get_optimizer_state_dict(net, optimizer, options=full)
+    else:
+        weights, optimizer_state = None, optimizer.state_dict()
+    if rank != 0:
+        return
     final = out / f"checkpoint-{step}"
     tmp = out / f".checkpoint-{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    net.save_pretrained(tmp)
+    if weights is None:
+        net.save_pretrained(tmp)
+    else:  # a plain module of the same config, so config.json names Starcoder2ForCausalLM, not FSDP's subclass
+        plain = model.build(net.config)
+        plain.load_state_dict(weights)
+        plain.save_pretrained(tmp)
     manifest = json.loads((Path(cfg.data) / "manifest.json").read_text())
     tokenizer = Path(manifest["tokenizer"])
     if tokenizer.is_dir():  # the tokenizer travels with the model: AutoTokenizer.from_pretrained(checkpoint)
@@ -320,8 +368,8 @@ def _save(out: Path, net: Any, optimizer: Any, scheduler: Any, step: int, positi
     rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}  # fmt: skip
     torch.save(
-        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
-         "position": position, "rng": rng, "config": asdict(cfg), "manifest_sha256": _digest(cfg.data)},
+        {"optimizer": optimizer_state, "scheduler": scheduler.state_dict(), "step": step, "position": position,
+         "rng": rng, "config": asdict(cfg), "manifest_sha256": _digest(cfg.data), "world": world},
         tmp / "trainer.pt",
     )  # fmt: skip
     shutil.rmtree(final, ignore_errors=True)
