@@ -2,8 +2,10 @@
 
 One process per device. Under `torchrun` (or Ray Train's TorchTrainer, which sets the same variables) each
 rank joins the process group and wraps the model in DDP, or with `fsdp` shards it with FSDP2 (`fully_shard`
-per decoder layer, then the root); alone it trains on the one device it has (a GPU, else the CPU). A checkpoint is `checkpoint-<step>/`: the model in HF format (`from_pretrained` loads it)
-with the tokenizer beside it, and `trainer.pt` with the optimizer, scheduler, every RNG state and the data
+per decoder layer, then the root); alone it trains on the one device it has (a GPU, else the CPU).
+
+A checkpoint is `checkpoint-<step>/`: the model in HF format (`from_pretrained` loads it) with the tokenizer
+beside it, and `trainer.pt` with the optimizer, scheduler, every RNG state and the data
 position, so a resumed run continues the same loss curve. Metrics go to `metrics.csv`: step, tokens, loss,
 learning rate, tokens/s, MFU and, every `eval_every` steps, the held-out loss.
 
