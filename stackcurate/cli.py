@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from stackcurate.core.config import add_flags, build_config, dump_yaml, flag_values, read_yaml, to_dict
-from stackcurate.core.errors import StackcurateError
+from stackcurate.core.errors import exit_code
 from stackcurate.stages import STAGE_ORDER, get_stage
 
 STATS_SQL = """
@@ -254,17 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     from stackcurate.core import log
 
     log.setup(args.verbose)
-    try:
-        args.handler(args)
-    except StackcurateError as exc:
-        if os.environ.get("STACKCURATE_DEBUG"):
-            raise
-        print(f"stackcurate: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("stackcurate: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
-    return 0
+    return exit_code(lambda: args.handler(args))
 
 
 if __name__ == "__main__":

@@ -4,11 +4,10 @@ Kept apart from `stackcurate/cli.py`, which imports every stage: this one needs 
 """
 
 import argparse
-import os
 import sys
 from dataclasses import MISSING
 
-from stackcurate.core.errors import StackcurateError
+from stackcurate.core.errors import exit_code
 
 
 def parser() -> argparse.ArgumentParser:
@@ -43,40 +42,34 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    try:
-        if args.command == "train":
-            from stackcurate.train import loop
+    return exit_code(lambda: _run(args), "rerun the same command to resume from the last checkpoint")
 
-            values = {name: getattr(args, name) for name, _, _ in loop.config_fields()}
-            cfg = loop.TrainConfig(**values)
-            if args.ray_workers:
-                rows = loop.train_on_ray(cfg, args.ray_workers, progress=args.progress)
-            else:
-                rows = loop.train(cfg, progress=args.progress)
-            if rows:
-                last = rows[-1]
-                mfu = f", MFU {last['mfu']:.1%}" if last["mfu"] else ""
-                print(f"train: step {last['step']}, loss {last['loss']:.4f}, {last['tokens_per_s']:.0f} tokens/s"
-                      f"{mfu}; checkpoints in {args.out}")  # fmt: skip
+
+def _run(args: argparse.Namespace) -> None:
+    if args.command == "train":
+        from stackcurate.train import loop
+
+        values = {name: getattr(args, name) for name, _, _ in loop.config_fields()}
+        cfg = loop.TrainConfig(**values)
+        if args.ray_workers:
+            rows = loop.train_on_ray(cfg, args.ray_workers, progress=args.progress)
         else:
-            from stackcurate.train import generate
+            rows = loop.train(cfg, progress=args.progress)
+        if rows:
+            last = rows[-1]
+            mfu = f", MFU {last['mfu']:.1%}" if last["mfu"] else ""
+            print(f"train: step {last['step']}, loss {last['loss']:.4f}, {last['tokens_per_s']:.0f} tokens/s"
+                  f"{mfu}; checkpoints in {args.out}")  # fmt: skip
+        return
+    from stackcurate.train import generate
 
-            net, tokenizer = generate.load(args.checkpoint)
-            text = generate.complete(
-                net, tokenizer, args.prompt.encode().decode("unicode_escape"),
-                suffix=args.suffix.encode().decode("unicode_escape") if args.suffix is not None else None,
-                max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
-            )  # fmt: skip
-            print(text)
-    except StackcurateError as exc:
-        if os.environ.get("STACKCURATE_DEBUG"):
-            raise
-        print(f"stackcurate: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("stackcurate: interrupted; rerun the same command to resume from the last checkpoint", file=sys.stderr)
-        return 130
-    return 0
+    net, tokenizer = generate.load(args.checkpoint)
+    text = generate.complete(
+        net, tokenizer, args.prompt.encode().decode("unicode_escape"),
+        suffix=args.suffix.encode().decode("unicode_escape") if args.suffix is not None else None,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+    )  # fmt: skip
+    print(text)
 
 
 if __name__ == "__main__":
