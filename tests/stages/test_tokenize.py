@@ -132,7 +132,10 @@ def _shard_files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.glob("shard_*"))}
 
 
-def test_shards_hold_every_document_token_for_token(tmp_path, tokenizer_dir):
+def test_shards_hold_every_document_token_for_token(tmp_path, tokenizer_dir, monkeypatch):
+    from stackcurate.stages import tokenize
+
+    monkeypatch.setattr(tokenize, "ENCODE_CHARS", 5000)  # a batch is encoded in several calls
     texts = _documents(tmp_path)
     folder = _tokenize(tmp_path, "out", tokenizer=str(tokenizer_dir), shard_mb=0.02)
     manifest = json.loads((folder / "manifest.json").read_text())

@@ -42,6 +42,7 @@ from stackcurate.stages.tokenize import tokenizer as bpe
 
 log = logging.getLogger("stackcurate.tokenize")
 MEGATRON_DIR = "megatron"
+ENCODE_CHARS = 4_000_000
 DOCUMENTS_SCHEMA = pa.schema(
     [
         pa.field("shard", pa.int32()),
@@ -62,7 +63,7 @@ class TokenizeConfig:
     train_mb: float = option(1000.0, "tokenizer: train: MB of text, a seeded sample of the input")
     seed: int = option(42, "seed of the training sample and of the document order in the shards")
     shard_mb: float = option(512.0, "size of each Megatron .bin shard, about")
-    batch_rows: int = option(512, "documents per encode batch")
+    batch_rows: int = option(128, "documents read at a time (each encode call takes ~4M characters of them)")
 
     def __post_init__(self) -> None:
         if self.shard_mb <= 0 or self.train_mb <= 0 or self.batch_rows < 1:
@@ -174,14 +175,20 @@ class TokenizeStage:
     def __call__(self, table: pa.Table) -> StageOutput:
         texts = [t or "" for t in table.column("text").to_pylist()]
         assert self.tokenizer is not None
-        encoded = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-        lengths = np.fromiter((len(e.ids) + 1 for e in encoded), dtype=np.int64, count=len(encoded))
-        flat = np.empty(int(lengths.sum()), dtype=self.dtype)
-        ends = np.cumsum(lengths)
-        for e, end, n in zip(encoded, ends.tolist(), lengths.tolist(), strict=True):
-            flat[end - n : end - 1] = e.ids
-            flat[end - 1] = self.eod
-        offsets = np.concatenate([[0], ends])
+        eod = np.array([self.eod], dtype=self.dtype)
+        pieces: list[np.ndarray] = []
+        start = 0
+        while start < len(texts):  # encode calls of about ENCODE_CHARS: the encodings hold ~100 bytes a token
+            stop, size = start + 1, len(texts[start])
+            while stop < len(texts) and size + len(texts[stop]) <= ENCODE_CHARS:
+                size += len(texts[stop])
+                stop += 1
+            for encoding in self.tokenizer.encode_batch_fast(texts[start:stop], add_special_tokens=False):
+                pieces += [np.asarray(encoding.ids, dtype=self.dtype), eod]
+            start = stop
+        lengths = np.array([len(p) for p in pieces[0::2]], dtype=np.int64) + 1
+        flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=self.dtype)
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
         doc_ids = table.column("doc_id").to_numpy()
         n = table.num_rows
         kept = pa.table(
