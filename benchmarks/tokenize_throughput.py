@@ -111,32 +111,32 @@ def main() -> None:
     }
     for cpus in args.cpus:
         pin = ["taskset", "-c", ",".join(str(c) for c in range(cpus))]
-        runs = {
+        ours = base / f"ours_{cpus}"
+        datatrove = {writer: base / f"dt_{writer}_{cpus}" for writer in ("ds", "megatron")}
+        runs = {  # name: (command, its output folder, how many tokens it wrote)
             "stackcurate tokenize": (
-                [*pin, "stackcurate", "tokenize", "--input", str(documents), "--out", str(base / f"ours_{cpus}"),
+                [*pin, "stackcurate", "tokenize", "--input", str(documents), "--out", str(ours),
                  "--tokenizer", str(tokenizer), "--workers", str(cpus), "--overwrite", "--no-progress"],
-                lambda c=cpus: json.loads((base / f"ours_{c}" / "tokenize" / "megatron" / "manifest.json").read_text())
-                ["tokens"],
+                ours,
+                lambda out: json.loads((out / "tokenize" / "megatron" / "manifest.json").read_text())["tokens"],
             ),
-            "datatrove DocumentTokenizer": (
-                [*pin, sys.executable, __file__, "--datatrove", str(documents), str(base / f"dt_{cpus}"),
-                 str(tokenizer / "tokenizer.json"), str(cpus), "ds"],
-                lambda c=cpus: _datatrove_tokens(base / f"dt_{c}", "ds"),
-            ),
-            "datatrove MegatronDocumentTokenizer": (
-                [*pin, sys.executable, __file__, "--datatrove", str(documents), str(base / f"dtm_{cpus}"),
-                 str(tokenizer / "tokenizer.json"), str(cpus), "megatron"],
-                lambda c=cpus: _datatrove_tokens(base / f"dtm_{c}", "megatron"),
-            ),
+            **{
+                f"datatrove {step}": (
+                    [*pin, sys.executable, __file__, "--datatrove", str(documents), str(datatrove[writer]),
+                     str(tokenizer / "tokenizer.json"), str(cpus), writer],
+                    datatrove[writer],
+                    lambda out, writer=writer: _datatrove_tokens(out, writer),
+                )
+                for step, writer in (("DocumentTokenizer", "ds"), ("MegatronDocumentTokenizer", "megatron"))
+            },
         }  # fmt: skip
-        for name, (cmd, tokens) in runs.items():
-            out = Path(cmd[cmd.index("--out") + 1] if "--out" in cmd else cmd[-4])
-            subprocess.run(["rm", "-rf", str(out)], check=True)
+        for name, (cmd, out, tokens) in runs.items():
+            shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
             print(f"[{cpus} CPU] {name} ...", file=sys.stderr, flush=True)
             measured = dedup_peers.run_measured(cmd, cwd=ROOT, log=out / "run.log")
             dedup_peers.check(measured, name, out / "run.log")
-            count = tokens()
+            count = tokens(out)
             report["runs"].append({
                 "tool": name, "cpus": cpus, "seconds": round(measured.seconds, 1), "tokens": count,
                 "tokens_per_s": round(count / measured.seconds),

@@ -5,8 +5,8 @@ Kept apart from `stackcurate/cli.py`, which imports every stage: this one needs 
 
 import argparse
 import sys
-from dataclasses import MISSING
 
+from stackcurate.core.config import add_flags, build_config, flag_values
 from stackcurate.core.errors import exit_code
 
 
@@ -16,15 +16,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="stackcurate", description=__doc__)
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     t = sub.add_parser("train", help="train a StarCoder2-style model on Megatron shards (resumes)")
-    for name, default, help_text in loop.config_fields():
-        flag = f"--{name.replace('_', '-')}"
-        if default is MISSING:
-            t.add_argument(flag, required=True, help=help_text)
-        elif isinstance(default, bool):
-            t.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_text)
-        else:
-            kind = float if name == "peak_tflops" else (int if name == "stop_after" else type(default))
-            t.add_argument(flag, type=kind, default=default, help=f"{help_text} (default: {default})")
+    add_flags(t, loop.TrainConfig)
     t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     t.add_argument(
         "--ray-workers", type=int, default=0,
@@ -49,8 +41,7 @@ def _run(args: argparse.Namespace) -> None:
     if args.command == "train":
         from stackcurate.train import loop
 
-        values = {name: getattr(args, name) for name, _, _ in loop.config_fields()}
-        cfg = loop.TrainConfig(**values)
+        cfg = build_config(loop.TrainConfig, flag_values(args, loop.TrainConfig))
         if args.ray_workers:
             rows = loop.train_on_ray(cfg, args.ray_workers, progress=args.progress)
         else:
@@ -59,7 +50,7 @@ def _run(args: argparse.Namespace) -> None:
             last = rows[-1]
             mfu = f", MFU {last['mfu']:.1%}" if last["mfu"] else ""
             print(f"train: step {last['step']}, loss {last['loss']:.4f}, {last['tokens_per_s']:.0f} tokens/s"
-                  f"{mfu}; checkpoints in {args.out}")  # fmt: skip
+                  f"{mfu}; checkpoints in {cfg.out}")  # fmt: skip
         return
     from stackcurate.train import generate
 

@@ -13,6 +13,7 @@ MFU = tokens/s x FLOPs per token (`model.flops_per_token`: 6 N + 12 L d T) / (de
 the peak being 989 TFLOP/s for an H100's dense bf16 (or `--peak-tflops`); it is not reported on CPU.
 """
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -21,67 +22,49 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
 from stackcurate.train import data, model
 
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    data: str
-    out: str
-    preset: str = "tiny"
-    seq_len: int = 256
-    micro_batch: int = 8
-    grad_accum: int = 1
-    steps: int = 100
-    lr: float = 3e-4
-    min_lr: float = 3e-5
-    warmup: int = 10
-    weight_decay: float = 0.1
-    clip: float = 1.0
-    held_out: float = 0.05
-    eval_every: int = 50
-    eval_batches: int = 4
-    save_every: int = 50
-    seed: int = 42
-    device: str = "auto"
-    compile: bool = False
-    fsdp: bool = False
-    peak_tflops: float | None = None
-    stop_after: int | None = None  # stop (as if interrupted) after this step, checkpoint written: for tests
+    """What to train on, the model size, and the optimizer and checkpoint settings (flags: `add_flags`)."""
 
-    HELP = {
-        "data": "the tokenize stage's megatron folder (manifest.json + shard_*.bin/.idx)",
-        "out": "run folder: checkpoints and metrics.csv (a rerun resumes from its last checkpoint)",
-        "preset": f"model size: {', '.join(model.PRESETS)}",
-        "seq_len": "tokens per sample",
-        "micro_batch": "samples per forward pass, per device",
-        "grad_accum": "micro-batches per optimizer step",
-        "steps": "optimizer steps",
-        "lr": "peak learning rate",
-        "min_lr": "learning rate at the end of the cosine",
-        "warmup": "linear warmup steps",
-        "weight_decay": "AdamW weight decay (not on biases, norms and embeddings)",
-        "clip": "gradient norm clip",
-        "held_out": "share of documents kept for the validation loss",
-        "eval_every": "steps between validation losses (and the last step)",
-        "eval_batches": "micro-batches per validation loss",
-        "save_every": "steps between checkpoints (and the last step)",
-        "seed": "seed of the initial weights, the data split and the document order",
-        "device": "auto (a GPU if there is one), cuda, cpu",
-        "compile": "torch.compile the model (GPU)",
-        "fsdp": "with several processes, shard weights, gradients and optimizer state (FSDP2) instead of DDP",
-        "peak_tflops": "peak FLOP/s of one device for MFU (default: from the GPU's name)",
-        "stop_after": "stop after this step as if interrupted (testing resume)",
-    }
+    data: str = option("", "the tokenize stage's megatron folder (manifest.json + shard_*.bin/.idx); required")
+    out: str = option("", "run folder: checkpoints and metrics.csv (a rerun resumes from its last one); required")
+    preset: str = option("tiny", f"model size: {', '.join(model.PRESETS)}")
+    seq_len: int = option(256, "tokens per sample")
+    micro_batch: int = option(8, "samples per forward pass, per device")
+    grad_accum: int = option(1, "micro-batches per optimizer step")
+    steps: int = option(100, "optimizer steps")
+    lr: float = option(3e-4, "peak learning rate")
+    min_lr: float = option(3e-5, "learning rate at the end of the cosine")
+    warmup: int = option(10, "linear warmup steps")
+    weight_decay: float = option(0.1, "AdamW weight decay (not on biases, norms and embeddings)")
+    clip: float = option(1.0, "gradient norm clip")
+    held_out: float = option(0.05, "share of documents kept for the validation loss")
+    eval_every: int = option(50, "steps between validation losses (and the last step)")
+    eval_batches: int = option(4, "micro-batches per validation loss")
+    save_every: int = option(50, "steps between checkpoints (and the last step)")
+    seed: int = option(42, "seed of the initial weights, the data split and the document order")
+    device: str = option("auto", "auto (a GPU if there is one), cuda, cpu")
+    compile: bool = option(False, "torch.compile the model (GPU)")
+    fsdp: bool = option(False, "with several processes, shard weights, gradients and optimizer state (FSDP2)")
+    peak_tflops: float | None = option(None, "peak FLOP/s of one device for MFU (default: from the GPU's name)")
+    stop_after: int | None = option(None, "stop after this step as if interrupted (testing resume)")
+
+    def __post_init__(self) -> None:
+        if not self.data or not self.out:
+            raise ValueError("--data (the megatron folder) and --out (the run folder) are required")
 
 
 def _lr(step: int, cfg: TrainConfig) -> float:
@@ -193,7 +176,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         wrapped = DistributedDataParallel(net, device_ids=[local_rank] if device.type == "cuda" else None)
     if cfg.compile:
         wrapped = torch.compile(wrapped)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _nothing()
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     flops = model.flops_per_token(net_cfg, cfg.seq_len)
     peak = _peak(cfg, torch, device)
     tokens_per_step = cfg.micro_batch * cfg.grad_accum * cfg.seq_len * world
@@ -317,14 +300,6 @@ def _mean_over_ranks(value: float, world: int, torch: Any, device: Any) -> float
     return float(t.item()) / world
 
 
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _append(path: Path, row: dict[str, Any]) -> None:
     new = not path.exists()
     with path.open("a", newline="") as f:
@@ -381,8 +356,3 @@ def _save(out: Path, net: Any, optimizer: Any, scheduler: Any, step: int, positi
 def _digest(folder: str) -> str:
     """The shards' identity: their manifest lists every shard's SHA-256."""
     return hashlib.sha256((Path(folder) / "manifest.json").read_bytes()).hexdigest()
-
-
-def config_fields() -> list[tuple[str, Any, str]]:
-    """(name, default, help) of every option, for the CLI."""
-    return [(f.name, f.default, TrainConfig.HELP[f.name]) for f in fields(TrainConfig)]

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from stackcurate.core import io, shuffle
 from stackcurate.core.config import option, to_dict
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext, plan_fingerprint, read_records, run_phase
+from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext, plan_fingerprint, run_phase
 from stackcurate.stages.format import templates
 
 GROUPS_STAGE = "format_groups"
@@ -100,28 +100,27 @@ def repo_key(name: str | None, doc_id: int) -> int:
 # ---- grouping (starcoder2) -------------------------------------------------------------------------------
 
 
-def _input_columns(shard: Shard) -> list[str]:
+def _scan(shard: Shard, batch_rows: int) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """The columns formatting uses, as a schema, and the shard's rows in batches of those columns only."""
     fs, path = io.filesystem(shard.path)
-    names = pq.read_schema(path, filesystem=fs).names
-    missing = {"doc_id", "content"} - set(names)
+    schema = pq.read_schema(path, filesystem=fs)
+    missing = {"doc_id", "content"} - set(schema.names)
     if missing:
         raise StackcurateError(f"format: {shard.path} has no {sorted(missing)[0]} column; run the earlier stages")
-    return [c for c in _COLUMNS if c in names]
+    columns = [c for c in _COLUMNS if c in schema.names]
+    batches = io.scan_parquet_slice(fs, path, shard.start, shard.stop, batch_rows=batch_rows, columns=columns)
+    return pa.schema([schema.field(c) for c in columns]), batches
 
 
 def group_task(shards: tuple[Shard, ...], root: str, index: int, batch_rows: int) -> dict[str, Any]:
     """Send one input file's rows to the partition of their repository."""
-    shard, partitions = shards[index], len(shards)
-    fs, path = io.filesystem(shard.path)
+    partitions = len(shards)
+    schema, batches = _scan(shards[index], batch_rows)
     out_fs, out_root = io.filesystem(root)
-    schema = pq.read_schema(path, filesystem=fs)
-    columns = _input_columns(shard)
-    sink = shuffle.PartitionedWriter(
-        out_fs, out_root, index, pa.schema([schema.field(c) for c in columns]), partitions
-    )
+    sink = shuffle.PartitionedWriter(out_fs, out_root, index, schema, partitions)
     rows = 0
-    for table in io.scan_parquet_slice(fs, path, shard.start, shard.stop, batch_rows=batch_rows, columns=columns):
-        names = table.column("repo_name").to_pylist() if "repo_name" in columns else [None] * table.num_rows
+    for table in batches:
+        names = table.column("repo_name").to_pylist() if "repo_name" in schema.names else [None] * table.num_rows
         ids = table.column("doc_id").to_pylist()
         keys = np.array([repo_key(n, i) for n, i in zip(names, ids, strict=True)], dtype=np.uint64)
         sink.write(table, (keys % np.uint64(partitions)).astype(np.int64))
@@ -231,9 +230,7 @@ class FormatStage:
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         if self.cfg.mode == "starcoder":
-            columns = _input_columns(shard)
-            for table in read_records(shard, self.cfg.batch_rows):
-                yield table.select(columns)
+            yield from _scan(shard, self.cfg.batch_rows)[1]
             return
         if self.cfg.groups is None:
             raise StackcurateError("format needs its groups: run `stackcurate format`, which makes them first")

@@ -36,7 +36,7 @@ from stackcurate.core import io, shuffle
 from stackcurate.core import tokens as tk
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext, read_records, run_phase
+from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext, run_phase
 from stackcurate.stages.tokenize import megatron
 from stackcurate.stages.tokenize import tokenizer as bpe
 
@@ -86,17 +86,21 @@ def _text_column(names: list[str], where: str) -> str:
 
 def _sample(shards: list[Shard], cfg: TokenizeConfig) -> Iterator[str]:
     """A seeded sample of about `train_mb` of the input's text (every document when the input is smaller)."""
-    total = 0
+    inputs, total = [], 0
     for shard in shards:
         fs, path = io.filesystem(shard.path)
-        column = _text_column(pq.read_schema(path, filesystem=fs).names, shard.path)
-        texts = pq.read_table(path, filesystem=fs, columns=[column]).column(column)
-        total += pc.sum(pc.binary_length(texts)).as_py() or 0  # pyright: ignore[reportAttributeAccessIssue]
+        names = pq.read_schema(path, filesystem=fs).names
+        column = _text_column(names, shard.path)
+        inputs.append((fs, path, column))
+        # the format stage's `length_bytes` is its text's UTF-8 size: no need to read the text twice (a record's
+        # `length_bytes` is not: redaction changes `content` and keeps it)
+        size = "length_bytes" if column == "text" and "length_bytes" in names else column
+        values = pq.read_table(path, filesystem=fs, columns=[size]).column(size)
+        lengths = values if size == "length_bytes" else pc.binary_length(values)  # pyright: ignore[reportAttributeAccessIssue]
+        total += pc.sum(lengths).as_py() or 0  # pyright: ignore[reportAttributeAccessIssue]
     share = min(1.0, cfg.train_mb * 1e6 / max(total, 1))
     limit = np.uint64(min(int(share * 2.0**64), 2**64 - 1))
-    for shard in shards:
-        fs, path = io.filesystem(shard.path)
-        column = _text_column(pq.read_schema(path, filesystem=fs).names, shard.path)
+    for fs, path, column in inputs:
         for table in io.scan_parquet_slice(fs, path, 0, 2**62, batch_rows=1024, columns=["doc_id", column]):
             keep = _order(table.column("doc_id").to_numpy(), cfg.seed + 1) <= limit  # not the shard order
             yield from (t for t in table.column(column).filter(pa.array(keep)).to_pylist() if t)
@@ -158,8 +162,11 @@ class TokenizeStage:
         names = pq.read_schema(path, filesystem=fs).names
         text = _text_column(names, shard.path)
         columns = ["doc_id", text] + (["language"] if "language" in names else [])
-        for table in read_records(shard, self.cfg.batch_rows):
-            yield table.select(columns).rename_columns([c if c != "content" else "text" for c in columns])
+        batches = io.scan_parquet_slice(
+            fs, path, shard.start, shard.stop, batch_rows=self.cfg.batch_rows, columns=columns
+        )  # only the columns it encodes and keeps
+        for table in batches:
+            yield table.rename_columns([c if c != "content" else "text" for c in columns])
 
     def output_schema(self, shard: Shard) -> pa.Schema:
         return pa.schema(
