@@ -45,6 +45,12 @@ FILE_SCHEMA = pa.schema(
     ]
 )
 
+# Columns that hold a file's text or text derived from it. The pii stage redacts every string in each of them
+# (nested ones included), so a stage that adds such a column names it here, or its text leaves pii unredacted
+# (tests/test_secrets.py fails on a text column missing from this list: text columns are large_string).
+NOTEBOOK_SCRIPT, NOTEBOOK_CELLS = "notebook_script", "notebook_cells"  # added by filter
+TEXT_COLUMNS = ("content", NOTEBOOK_SCRIPT, NOTEBOOK_CELLS)
+
 # Removed rows keep every column of the stage's output and say why they went.
 REASON_FIELDS = [pa.field("reason", pa.string(), nullable=False), pa.field("detail", pa.string())]
 

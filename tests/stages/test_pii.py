@@ -1,5 +1,6 @@
 """PII redaction: the code recognizers, StarCoder's post-processing, replacements, and the stage end to end."""
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -15,7 +16,8 @@ from stackcurate.stages import get_stage
 pytest.importorskip("presidio_analyzer")
 
 from stackcurate.core.stage import plan_parquet  # noqa: E402
-from stackcurate.stages.pii import SPAN_TYPE, Detector, PiiConfig, PiiStage, redact, rules  # noqa: E402
+from stackcurate.stages.filter import NOTEBOOK_FIELDS  # noqa: E402
+from stackcurate.stages.pii import SPAN_TYPE, Detector, PiiConfig, PiiStage, escapes, redact, rules  # noqa: E402
 
 # Realistic-looking secrets, made up for these tests (none is a live credential).
 AWS_KEY = "AKIAQ3EGRVX5HNVLG7OZ"
@@ -163,6 +165,98 @@ def test_unquoted_values_count_only_in_config_files(detector):
     assert found(detector, text, config=False) == []
 
 
+# ---- escapes: JSON strings, notebook sources, string literals ------------------------------------------------
+
+
+def test_views_undo_one_level_of_escapes_each_and_map_back_to_the_original():
+    line = r's = "k = \"v\\\"w\"\n"'  # a string holding a string: two levels
+    text = f"a = 1\n{line}\nb = 2\n"
+    assert escapes.escaped_lines(text) == [(6, 6 + len(line))]
+    first, second = escapes.views(text)
+    assert first.text == 's = "k = "v\\"w"\n"' and second.text == 's = "k = "v"w"\n"'
+    start = second.text.index('v"w')
+    assert text[slice(*second.to_original(start, start + 3))] == r"v\\\"w"
+    assert text[slice(*first.to_original(0, len(first.text)))] == line
+    assert escapes.views("x = 'plain'\n") == [] and escapes.unescape("no escapes") is None
+
+
+def test_runs_of_escaped_lines_are_read_in_one_joined_view():
+    text = 'a = "1\\n"\nb = "2\\t"\nc = 3\nd = "\\"4\\""\n'
+    assert escapes.escaped_lines(text) == [(0, 19), (26, 37)]
+    (joined,) = escapes.views(text)
+    assert joined.text == 'a = "1\n"\nb = "2\t"\nd = ""4""'
+    start = joined.text.index('"4"')
+    assert text[slice(*joined.to_original(start, start + 3))] == '\\"4\\"'
+    separator = joined.starts[1] - 1  # the newline joining the runs stands for the one after the first run
+    assert joined.to_original(separator - 3, separator + 1) == (15, 20) and text[15:20] == '2\\t"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "entity", "value", "rule"),
+    [
+        # a Python string holding a config file: `\"` around the value, `\n` between lines
+        ('SETTINGS = "[db]\\npassword = \\"S3cr3t&Hors3\\"\\n"\n', "PASSWORD", "S3cr3t&Hors3", "password_assignment"),
+        # a raw notebook: each source line is a JSON string
+        (
+            json.dumps({"source": [f'aws_secret_access_key = "{RANDOM_SECRET}"\n']}),
+            "KEY", RANDOM_SECRET, "key_assignment",
+        ),
+        # a raw notebook whose code cell holds a string with escaped quotes: two levels
+        (
+            json.dumps({"source": [f'cfg = "api_key = \\"{RANDOM_SECRET}\\""\n']}),
+            "KEY", RANDOM_SECRET, "key_assignment",
+        ),
+        # a private key inside a JSON string: its lines are `\n` escapes
+        (
+            json.dumps({"key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu3Lx9Qv2LmZ8RtY4pWn7\n"
+                               "-----END RSA PRIVATE KEY-----\n"}),
+            "KEY", "MIIEowIBAAKCAQEAu3Lx9Qv2LmZ8RtY4pWn7", "private_key_block",
+        ),
+    ],
+)  # fmt: skip
+def test_patterns_see_through_escapes(detector, text, entity, value, rule):
+    spans, _ = detector.find(text)
+    assert [(s.entity, text[s.start : s.end], s.detector) for s in spans] == [(entity, value, f"pattern:{rule}")]
+
+
+def test_a_span_found_in_the_text_and_in_its_view_counts_once(detector):
+    text = 's = "host = \\"10.0.0.1\\"\\n"\nkey = "AKIAQ3EGRVX5HNVLG7OZ"\n'
+    spans, spared = detector.find(text)
+    assert [text[s.start : s.end] for s in spans] == [AWS_KEY] and spared == ["ip_private"]
+
+
+def test_a_redacted_value_is_redacted_wherever_it_recurs_in_the_file():
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAu3Lx\nq9Wx3Ez7Rt2Yb5Nc\n-----END RSA PRIVATE KEY-----\n"
+    texts = [
+        'pw = "Tr0ub4dor&3x"\nuser = "svc_app"\npass_color = "green"\n' + pem,
+        "Tr0ub4dor&3x\nold_Tr0ub4dor&3x Tr0ub4dor&3xy svc_app green\n",  # inside a longer word is another word
+        json.dumps({"pem": pem, "out": "Tr0ub4dor&3x"}),  # the key's lines as `\n` escapes
+    ]
+
+    def span(entity: str, value: str, detector: str) -> rules.Span:
+        start = texts[0].index(value)
+        return rules.Span(entity, start, start + len(value), 0.9, detector)
+
+    spans = [
+        [
+            span("PASSWORD", "Tr0ub4dor&3x", "pattern:password_assignment"),
+            span("USERNAME", "svc_app", "model:x"),  # a username may be an identifier elsewhere: not repeated
+            span("PASSWORD", "green", "pattern:password_assignment"),  # letters alone may be a word: neither
+            span("KEY", pem[pem.index("MIIE") : pem.index("\n-----END")], "pattern:private_key_block"),
+        ],
+        [],
+        [],
+    ]
+    out = redact.with_repeats(texts, spans)
+    assert out[0] == spans[0]
+    assert [(s.entity, texts[1][s.start : s.end], s.detector) for s in out[1]] == [
+        ("PASSWORD", "Tr0ub4dor&3x", "same_value")
+    ]
+    assert [(s.entity, texts[2][s.start : s.end]) for s in out[2]] == [
+        ("KEY", "MIIEowIBAAKCAQEAu3Lx\\nq9Wx3Ez7Rt2Yb5Nc"), ("PASSWORD", "Tr0ub4dor&3x")
+    ]  # fmt: skip
+
+
 # ---- post-processing, overlaps and replacement ----------------------------------------------------------------
 
 
@@ -291,6 +385,73 @@ def test_stage_redacts_records_spans_and_never_stores_secrets(tmp_path: Path):
         "unnest(pii_spans) as t(s) group by 1 order by 1"
     ).fetchall()
     assert rows == [("EMAIL", 1), ("IP_ADDRESS", 1), ("KEY", 1), ("PASSWORD", 1)]
+
+
+def _notebook_row(cells: list[dict[str, str]]) -> dict:
+    """A notebook's row as filter leaves it: the raw JSON, the script and the cells."""
+    notebook = {
+        "cells": [
+            {"cell_type": c["cell_type"], "source": c["source"].splitlines(keepends=True), "metadata": {},
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": [c["output"]]}] if c["output"] else []}
+            for c in cells
+        ],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 4,
+    }  # fmt: skip
+    script = "".join(f"# %%\n{c['source']}\n" for c in cells)
+    return {"content": json.dumps(notebook, indent=1), "notebook_script": script, "notebook_cells": cells}
+
+
+def test_stage_redacts_every_text_column_of_a_notebook():
+    cells = [
+        {"cell_type": "code", "output": "Tr0ub4dor&3x\n",
+         "source": f'password = "Tr0ub4dor&3x"\naws_key = "{AWS_KEY}"\nhosts = ["34.120.18.7", "52.95.110.1"]\n'
+                   "print(password)\n"},
+        {"cell_type": "markdown", "output": "", "source": "Mirror at 52.95.110.1, mail ivan.petrov@yandex.ru\n"},
+    ]  # fmt: skip
+    row = _notebook_row(cells)
+    table = make_table([("/nb.ipynb", row["content"]), ("/a.py", "x = 1\n")], language="Python")
+    notebook_columns = [
+        pa.array([row["notebook_script"], None], NOTEBOOK_FIELDS[0].type),
+        pa.array(["python", None], NOTEBOOK_FIELDS[1].type),
+        pa.array([row["notebook_cells"], None], NOTEBOOK_FIELDS[2].type),
+    ]
+    for field, column in zip(NOTEBOOK_FIELDS, notebook_columns, strict=True):
+        table = table.append_column(field, column)
+    out = PiiStage(PATTERNS)(table).kept
+    assert out.schema == table.schema.append(pa.field("pii_spans", pa.list_(SPAN_TYPE)))  # types unchanged
+    first, second = out.to_pylist()
+    # one IP mapping per file: 52.95.110.1 is the second address of the file, in the markdown cell too
+    code = 'password = "<PASSWORD>"\naws_key = "<KEY>"\nhosts = ["172.16.31.10", "172.16.58.3"]\nprint(password)\n'
+    markdown = "Mirror at 172.16.58.3, mail <EMAIL>\n"
+    assert first["notebook_cells"] == [
+        {"cell_type": "code", "source": code, "output": "<PASSWORD>\n"},  # the printed password too
+        {"cell_type": "markdown", "source": markdown, "output": ""},
+    ]
+    assert first["notebook_script"] == f"# %%\n{code}\n# %%\n{markdown}\n"
+    assert first["content"] == _notebook_row(first["notebook_cells"])["content"]
+    assert second["content"] == "x = 1\n" and second["pii_spans"] == [] and second["notebook_cells"] is None
+    spans = [(s["column"], s["entity"], s["detector"], s["replacement"]) for s in first["pii_spans"]]
+    by_column: dict[str, list[tuple[str, str, str]]] = {}
+    for column, *rest in spans:
+        by_column.setdefault(column, []).append(tuple(rest))
+    code_spans = [
+        ("PASSWORD", "pattern:password_assignment", "<PASSWORD>"),
+        ("KEY", "pattern:aws_access_key_id", "<KEY>"),
+        ("IP_ADDRESS", "pattern:ipv4", "172.16.31.10"),
+        ("IP_ADDRESS", "pattern:ipv4", "172.16.58.3"),
+    ]
+    markdown_spans = [("IP_ADDRESS", "pattern:ipv4", "172.16.58.3"), ("EMAIL", "pattern:email", "<EMAIL>")]
+    printed = [("PASSWORD", "same_value", "<PASSWORD>")]
+    assert by_column == {
+        "content": code_spans + printed + markdown_spans,  # in text order: the output comes before the next cell
+        "notebook_script": code_spans + markdown_spans,
+        "notebook_cells[0].source": code_spans,
+        "notebook_cells[0].output": printed,
+        "notebook_cells[1].source": markdown_spans,
+    }
+    text = row["notebook_cells"][0]["source"]
+    span = next(s for s in first["pii_spans"] if s["column"] == "notebook_cells[0].source")
+    assert text[span["start"] : span["end"]] == "Tr0ub4dor&3x"
 
 
 def test_stage_output_schema_adds_the_spans_column(tmp_path: Path):

@@ -29,16 +29,17 @@ import pyarrow.compute as pc
 
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.schema import put_column
+from stackcurate.core.schema import NOTEBOOK_CELLS, NOTEBOOK_SCRIPT, put_column
 from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
 from stackcurate.core.text import as_texts
 from stackcurate.stages.filter import notebooks, scores
 from stackcurate.stages.filter.rules import RuleSet, applies, decide, load_rule_set, table_score
 
+# The script and the cells are text derived from `content`: schema.TEXT_COLUMNS names them, so pii redacts them.
 NOTEBOOK_FIELDS = [
-    pa.field("notebook_script", pa.large_string()),
+    pa.field(NOTEBOOK_SCRIPT, pa.large_string()),
     pa.field("notebook_language", pa.string()),
-    pa.field("notebook_cells", pa.list_(pa.struct([(name, pa.large_string()) for name in notebooks.CELL_FIELDS]))),
+    pa.field(NOTEBOOK_CELLS, pa.list_(pa.struct([(name, pa.large_string()) for name in notebooks.CELL_FIELDS]))),
 ]
 # Scores computed together (one pass gives several columns).
 _GROUPS = {

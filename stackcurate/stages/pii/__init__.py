@@ -5,16 +5,23 @@ the recognizers of `recognizers.py`: emails, IPv4/IPv6 (ports excluded, version 
 and tokens (cloud, VCS, chat and payment tokens, JWTs, private-key blocks, random-looking values assigned to
 key-like names), passwords (assignments, connection strings, and unquoted values in config files); and the
 encoder model of `model.py` (trained by `stackcurate pii-model train`, or on first use) for names,
-usernames, keys and passwords, on the lines with a person or secret context. Then
-`rules.py` spares what StarCoder did not redact (short spans, private IPs and DNS servers, example and
-license emails, keys that read like words, one-word names, placeholders), and `redact.py` replaces the rest
-with `<EMAIL>`, `<KEY>`, `<PASSWORD>`, `<NAME>`, `<USERNAME>`, and IPs with a fixed private pool.
+usernames, keys and passwords, on the lines with a person or secret context. The patterns also read each
+text's lines with escapes unescaped (`escapes.py`), so they see the code inside JSON strings (a raw
+notebook), string literals and `\\"` quotes. Then `rules.py` spares what StarCoder did not redact (short
+spans, private IPs and DNS servers, example and license emails, keys that read like words, one-word names,
+placeholders), a value redacted in one text of a file is also redacted wherever else it occurs in the
+file's texts, and `redact.py` replaces the rest with `<EMAIL>`, `<KEY>`, `<PASSWORD>`, `<NAME>`,
+`<USERNAME>`, and IPs with a fixed private pool.
 
-Input columns: `content` (and `path`, `extension`, `language`: config files get the unquoted-value rules).
-Output columns: `content` redacted; `pii_spans`, one struct per redacted span: `entity`, `start` and `end`
-(character offsets into the original text), `detector` (`pattern:<rule>` or `model:<name>`), `score`,
-`replacement`. The secret itself is never stored, logged or counted. No row is removed. Stats:
-`spans_redacted` and `spans_spared` counts per language and entity / sparing rule.
+Input columns: every column of `schema.TEXT_COLUMNS` present (`content`, and filter's `notebook_script` and
+`notebook_cells`: every string in them), `path`, `extension`, `language` (config files get the
+unquoted-value rules on `content`).
+Output columns: the text columns redacted, types unchanged; `pii_spans`, one struct per redacted span:
+`column` (which text: `content`, `notebook_script`, `notebook_cells[2].source`), `entity`, `start` and `end`
+(character offsets into that original text), `detector` (`pattern:<rule>`, `model:<name>`, or `same_value`
+for another occurrence of a redacted value), `score`, `replacement`. The secret itself is never stored,
+logged or counted. No row is removed. Stats: `spans_redacted` and `spans_spared` counts per language and
+entity / sparing rule, over every text column.
 
 Example:
     stackcurate pii --out work/run --entities EMAIL KEY PASSWORD IP_ADDRESS    # --model none: patterns only
@@ -26,16 +33,16 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.schema import put_column
+from stackcurate.core.schema import TEXT_COLUMNS, put_column
 from stackcurate.core.stage import Shard, StageOutput, TaskContext, read_records, records_schema
 from stackcurate.stages.ingest.content import extension_of
-from stackcurate.stages.pii import redact, rules
+from stackcurate.stages.pii import escapes, redact, rules
 from stackcurate.stages.pii.entities import DETECTOR, ENTITIES
 from stackcurate.stages.pii.model import MODEL_ENTITIES, EncoderModel, cache_dir
 
@@ -47,6 +54,7 @@ DEFAULT_MODEL = "minilm-l3"  # the folder under the cache that `model: auto` use
 
 SPAN_TYPE = pa.struct(
     [
+        pa.field("column", pa.string()),  # where the text lies: `content`, `notebook_cells[2].source`, ...
         pa.field("entity", pa.string()),
         pa.field("start", pa.int32()),
         pa.field("end", pa.int32()),
@@ -181,26 +189,43 @@ class Detector:
         return self._model
 
     def find_batch(self, texts: list[str], configs: list[bool]) -> list[tuple[list[rules.Span], list[str]]]:
-        """For each text: (spans to redact in text order, the names of the rules that spared the others)."""
+        """For each text: (spans to redact in text order, the names of the rules that spared the others).
+
+        The patterns also read each unescaped view of a text (`escapes.py`: a raw notebook's JSON strings, a
+        string literal holding code), and their spans there count at the offsets they map back to."""
         model = self.model
         model_spans = model.spans(texts) if model is not None else [[] for _ in texts]
         out = []
         for text, config, found in zip(texts, configs, model_spans, strict=True):
-            candidates = self._patterns(text, config) + found if self.cfg.patterns else found
-            spans, spared = [], []
-            for span in candidates:
-                if span.score < self.cfg.score_threshold:
-                    continue
-                reason = rules.spared_by(span, text)
-                if reason is None:
-                    spans.append(span)
-                else:
-                    spared.append(reason)
-            out.append((rules.resolve_overlaps(spans), spared))
+            spans, spared = self._judge(text, self._patterns(text, config) + found if self.cfg.patterns else found)
+            for view in escapes.views(text) if self.cfg.patterns else []:
+                in_view, spared_in_view = self._judge(view.text, self._patterns(view.text, config))
+                spans += [_to_original(span, view) for span in in_view]
+                spared += [(_to_original(span, view), reason) for span, reason in spared_in_view]
+            redacted = {(s.entity, s.start, s.end) for s in spans}
+            # A span the original text and a view both spare (or one spares and the other redacts) counts once.
+            reasons = {(s.entity, s.start, s.end, reason): reason for s, reason in spared}
+            kept = [
+                reason for (entity, start, end, _), reason in reasons.items() if (entity, start, end) not in redacted
+            ]
+            out.append((rules.resolve_overlaps(spans), kept))
         return out
 
     def find(self, text: str, config: bool = False) -> tuple[list[rules.Span], list[str]]:
         return self.find_batch([text], [config])[0]
+
+    def _judge(self, text: str, candidates: list[rules.Span]) -> tuple[list[rules.Span], list[tuple[rules.Span, str]]]:
+        """The candidates to redact, and the others with the rule that spares each (below-threshold ones go)."""
+        spans, spared = [], []
+        for span in candidates:
+            if span.score < self.cfg.score_threshold:
+                continue
+            reason = rules.spared_by(span, text)
+            if reason is None:
+                spans.append(span)
+            else:
+                spared.append((span, reason))
+        return spans, spared
 
     def _patterns(self, text: str, config: bool) -> list[rules.Span]:
         found = self.engine.analyze(
@@ -217,8 +242,32 @@ class Detector:
         ]
 
 
+def _to_original(span: rules.Span, view: escapes.View | escapes.Joined) -> rules.Span:
+    start, end = view.to_original(span.start, span.end)
+    return rules.Span(span.entity, start, end, span.score, span.detector)
+
+
+# Where a text lies in a column's Python values: the list or dict holding it, its index or key, and its name
+# (`notebook_cells[2].source`), so the redacted text is written back in its place.
+Place = tuple[Any, int | str, str]
+
+
+def _texts(holder: Any, key: int | str, where: str) -> Iterator[Place]:
+    """The place of each non-empty string in `holder[key]`, nested lists and structs included."""
+    value = holder[key]
+    if isinstance(value, str):
+        if value:
+            yield holder, key, where
+    elif isinstance(value, list):
+        for i in range(len(value)):
+            yield from _texts(value, i, f"{where}[{i}]")
+    elif isinstance(value, dict):
+        for name in value:
+            yield from _texts(value, name, f"{where}.{name}")
+
+
 class PiiStage:
-    """Redact PII in `content` and record the spans (see the module docstring)."""
+    """Redact PII in every text column and record the spans (see the module docstring)."""
 
     name = "pii"
 
@@ -235,29 +284,48 @@ class PiiStage:
         return schema.set(index, SPANS_FIELD) if index >= 0 else schema.append(SPANS_FIELD)
 
     def __call__(self, table: pa.Table) -> StageOutput:
-        texts, paths, extensions, languages = (
+        paths, extensions, languages = (
             table.column(name).to_pylist() if name in table.column_names else [None] * table.num_rows
-            for name in ("content", "path", "extension", "language")
+            for name in ("path", "extension", "language")
         )
-        stats: Counter[tuple[str, str | None, str | None]] = Counter()
-        out_texts, out_spans = [], []
-        configs = [
-            is_config(path, ext, language) for path, ext, language in zip(paths, extensions, languages, strict=True)
+        columns = {name: table.column(name).to_pylist() for name in TEXT_COLUMNS if name in table.column_names}
+        # Every text of every row, in row order, each with where it lies; the texts go to the detector in one
+        # batch (the model shares its forward passes), and are written back where they came from.
+        places: list[list[Place]] = [
+            [place for name, values in columns.items() for place in _texts(values, row, name)]
+            for row in range(table.num_rows)
         ]
-        found = self.detector.find_batch([text or "" for text in texts], configs)
-        for text, language, (spans, spared) in zip(texts, languages, found, strict=True):
-            with_ = redact.replacements(text, spans)
-            out_texts.append(redact.redact(text, spans, with_) if spans else text)
-            out_spans.append(
-                [
-                    {"entity": s.entity, "start": s.start, "end": s.end, "detector": s.detector,
+        texts = [holder[key] for row in places for holder, key, _ in row]
+        configs = [
+            where == "content" and is_config(path, ext, language)  # notebook scripts and cells are code
+            for row, path, ext, language in zip(places, paths, extensions, languages, strict=True)
+            for _, _, where in row
+        ]
+        found = iter(self.detector.find_batch(texts, configs))
+        stats: Counter[tuple[str, str | None, str | None]] = Counter()
+        out_spans = []
+        for row, language in zip(places, languages, strict=True):
+            row_texts = [holder[key] for holder, key, _ in row]
+            row_found = [next(found) for _ in row]
+            # A value redacted in one text of the row is redacted wherever else it occurs in the row: a
+            # notebook's secret is in its JSON, its script and its cells, printed in an output, or repeated.
+            spans_by_text = redact.with_repeats(row_texts, [spans for spans, _ in row_found])
+            seen: dict[str, str] = {}  # one IP mapping per row, so a notebook's columns agree
+            row_spans = []
+            for (holder, key, where), text, spans in zip(row, row_texts, spans_by_text, strict=True):
+                with_ = redact.replacements(text, spans, seen)
+                if spans:
+                    holder[key] = redact.redact(text, spans, with_)
+                row_spans += [
+                    {"column": where, "entity": s.entity, "start": s.start, "end": s.end, "detector": s.detector,
                      "score": s.score, "replacement": r}
                     for s, r in zip(spans, with_, strict=True)
-                ]
-            )  # fmt: skip
-            stats.update(("spans_redacted", language, s.entity) for s in spans)
-            stats.update(("spans_spared", language, reason) for reason in spared)
-        content = table.schema.field("content")
-        table = put_column(table, content, pa.array(out_texts, content.type))
+                ]  # fmt: skip
+                stats.update(("spans_redacted", language, s.entity) for s in spans)
+            stats.update(("spans_spared", language, reason) for _, spared in row_found for reason in spared)
+            out_spans.append(row_spans)
+        for name, values in columns.items():
+            field = table.schema.field(name)
+            table = put_column(table, field, pa.array(values, field.type))
         table = put_column(table, SPANS_FIELD, pa.array(out_spans, SPANS_FIELD.type))
         return StageOutput(kept=table, stats={key: float(n) for key, n in stats.items()})
