@@ -5,6 +5,7 @@ run the same code. Writers are atomic: a file appears under its final name only 
 an interrupted run never leaves a half-written shard where a reader (or DuckDB) can see it.
 """
 
+import errno
 import fnmatch
 import os
 import re
@@ -46,9 +47,11 @@ def run_store() -> S3Options:
     return S3Options(endpoint=os.environ.get("AWS_ENDPOINT_URL") or None, anonymous=False, region=region)
 
 
-def filesystem(uri: str, s3: S3Options | None = None) -> tuple[pafs.FileSystem, str]:
+def filesystem(uri: str, s3: S3Options | None = None, *, attempts: int | None = None) -> tuple[pafs.FileSystem, str]:
     """Return the filesystem for `uri` and the path inside it (no scheme, no trailing slash). `s3` says how to
-    reach an S3 store (the SWH content store's settings); by default, :func:`run_store`."""
+    reach an S3 store (the SWH content store's settings); by default, :func:`run_store`. `attempts` caps the
+    S3 client's own tries per request (default: the AWS SDK's 3); a caller that retries by itself passes 1,
+    or the tries multiply (a refused port then costs 2.3 s of SDK backoff per request)."""
     if uri.startswith("s3://"):
         opts = s3 or run_store()
         kwargs: dict[str, object] = {"anonymous": opts.anonymous, "region": opts.region}
@@ -56,6 +59,8 @@ def filesystem(uri: str, s3: S3Options | None = None) -> tuple[pafs.FileSystem, 
             scheme, _, host = opts.endpoint.rpartition("://")
             kwargs["endpoint_override"] = host
             kwargs["scheme"] = scheme or "https"
+        if attempts is not None:
+            kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=attempts)
         return pafs.S3FileSystem(**kwargs), uri.removeprefix("s3://").rstrip("/")
     if "://" in uri and not uri.startswith("file://"):
         try:
@@ -156,30 +161,124 @@ class AtomicParquetWriter:
         self.fs.move(self.tmp, self.path)
 
     def abort(self) -> None:
-        self._writer.close()
+        """Drop the temporary file; never raises (it runs while another error, e.g. a full disk, unwinds)."""
+        try:
+            self._writer.close()
+        except (OSError, pa.ArrowException):
+            pass
         try:
             self.fs.delete_file(self.tmp)
         except OSError:
             pass
 
 
-def parquet_num_rows(fs: pafs.FileSystem, path: str) -> int:
-    return pq.read_metadata(path, filesystem=fs).num_rows
-
-
 def scan_parquet_slice(
     fs: pafs.FileSystem, path: str, start: int, stop: int, *, batch_rows: int, columns: list[str] | None = None
 ) -> Iterator[pa.Table]:
-    """Yield rows `[start, stop)` of a Parquet file in tables of at most `batch_rows`, one row group at a time."""
+    """Yield rows `[start, stop)` of a Parquet file in tables of at most `batch_rows`, one row group at a time.
+
+    A row group that cannot be read is skipped and the ones after it are still read; once the slice is done,
+    :class:`UnreadableRowGroups` names every skipped one (see :func:`scan_parquet_rows`)."""
+    for _, table in scan_parquet_rows(fs, path, start, stop, batch_rows=batch_rows, columns=columns):
+        yield table
+
+
+def scan_parquet_rows(
+    fs: pafs.FileSystem, path: str, start: int, stop: int, *, batch_rows: int, columns: list[str] | None = None
+) -> Iterator[tuple[int, pa.Table]]:
+    """Like :func:`scan_parquet_slice`, with the file row number of each table's first row.
+
+    Raises:
+        UnreadableRowGroups: After the last readable row group, when some row group of the slice could not
+            be read (a corrupt page): the rows around it are not lost with it.
+        OSError: At once, when the read failed transiently (:func:`transient_cause`): the store is down, the
+            file is not bad.
+    """
     pf = pq.ParquetFile(path, filesystem=fs)
     offset = 0
+    bad: list[str] = []
     for rg in range(pf.num_row_groups):
         n = pf.metadata.row_group(rg).num_rows
         lo, hi = max(start, offset), min(stop, offset + n)
         if lo < hi:
-            table = pf.read_row_group(rg, columns=columns).slice(lo - offset, hi - lo)
-            for batch in table.to_batches(max_chunksize=batch_rows):
-                yield pa.Table.from_batches([batch])
+            try:
+                table = pf.read_row_group(rg, columns=columns).slice(lo - offset, hi - lo)
+            except (OSError, pa.ArrowException) as exc:
+                if transient_cause(exc) is not None:
+                    raise
+                bad.append(f"row group {rg} (rows {lo:,} to {hi - 1:,}) of {path}: {type(exc).__name__}: {exc}")
+            else:
+                first = lo
+                for batch in table.to_batches(max_chunksize=batch_rows):
+                    yield first, pa.Table.from_batches([batch])
+                    first += batch.num_rows
         offset += n
         if offset >= stop:
             break
+    if bad:
+        raise UnreadableRowGroups(bad)
+
+
+class UnreadableRowGroups(OSError):
+    """Row groups of a Parquet file that could not be read, one description each (`details`); raised by
+    :func:`scan_parquet_rows` after the readable ones were yielded. An OSError, as the error it stands
+    for was: code that caught the read failure before still catches it."""
+
+    def __init__(self, details: list[str]) -> None:
+        super().__init__(f"{len(details)} unreadable row group(s): " + "; ".join(details))
+        self.details = details
+
+
+class StoreUnavailable(Exception):  # noqa: N818 - a state, not a failure of the code; named for what the user reads
+    """A store stayed unreachable (refused, timed out, throttled, 5xx) through the retries: the shard reading
+    it is left uncommitted for a rerun instead of recording its rows as bad input. Not an OSError, so code that
+    turns a bad input file's OSError into an error row cannot take it for one."""
+
+
+# Transient failure kinds by what pyarrow's S3 client (HTTP status, AWS error names, curl codes) or the OS
+# says. Anything else (404, 403, a corrupt object) is permanent: retrying would give the same answer.
+_TRANSIENT_STATUS = re.compile(r"HTTP status (429|5\d\d)")
+_TRANSIENT_PATTERNS = [
+    (re.compile(r"SLOW_?DOWN|THROTTL|TooManyRequests|REQUEST_LIMIT_EXCEEDED", re.I), "throttled"),
+    (re.compile(r"curlCode: 7\b|could not connect|connection refused", re.I), "could not connect"),
+    (re.compile(r"curlCode: 6\b|could not resolve", re.I), "could not resolve the host"),
+    (re.compile(r"curlCode: 28\b|timeout was reached|timed out|RequestTimeout", re.I), "timed out"),
+    (re.compile(r"curlCode: (?:52|55|56)\b|connection reset|empty reply|broken pipe", re.I), "connection reset"),
+    (re.compile(r"SERVICE_UNAVAILABLE|INTERNAL_FAILURE|InternalError", re.I), "server error"),
+    (re.compile(r"NETWORK_CONNECTION"), "network error"),
+]
+_TRANSIENT_ERRNOS = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset",
+    errno.ECONNABORTED: "connection reset",
+    errno.EPIPE: "connection reset",
+    errno.ETIMEDOUT: "timed out",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ENETUNREACH: "network unreachable",
+    errno.ENETDOWN: "network unreachable",
+}
+
+
+def transient_cause(exc: BaseException) -> str | None:
+    """What went wrong, in a few words, when `exc` is a failure worth retrying (the store or the network, not
+    the object); None for a permanent one."""
+    if not isinstance(exc, OSError) or isinstance(exc, FileNotFoundError | PermissionError | UnreadableRowGroups):
+        return None
+    if exc.errno in _TRANSIENT_ERRNOS:
+        return _TRANSIENT_ERRNOS[exc.errno]
+    message = str(exc)
+    status = _TRANSIENT_STATUS.search(message)
+    if status:  # 503 is S3's SlowDown
+        return f"{'throttled' if status.group(1) in ('429', '503') else 'server error'} (HTTP {status.group(1)})"
+    for pattern, cause in _TRANSIENT_PATTERNS:
+        if pattern.search(message):
+            return cause
+    return None
+
+
+def short_error(exc: BaseException) -> str:
+    """The informative part of an error for a one-line message (the AWS error without the key and the curl
+    details, which vary from request to request)."""
+    message = str(exc)
+    aws = re.search(r"AWS Error .*?(?=; Details:|$)", message, re.S)
+    return " ".join((aws.group(0) if aws else f"{type(exc).__name__}: {message}").split())[:300]

@@ -11,9 +11,18 @@ Output columns: all of schema.FILE_SCHEMA. Kept rows have decoded `content`.
 Removed (`<out>/ingest/removed/`), by `reason`: `binary` (a NUL byte), `empty`, `too_large` (over the
 compressed or decoded cap), `too_deep` (tree depth), `symlink`, `submodule`, `swh_placeholder`.
 
-Errors (`<out>/ingest/errors/`), by `reason`: `missing_blob`, `fetch_failed`, `corrupt_gzip`,
-`decompression_bomb`, `hash_mismatch`, `undecodable`, `unsafe_member` (tar member escaping the bundle,
-device, fifo), `corrupt_bundle`, `unreadable_input`.
+Errors (`<out>/ingest/errors/`), by `reason`: `missing_blob`, `fetch_failed` (the store refused the read for
+good, e.g. access denied), `corrupt_gzip`, `decompression_bomb`, `hash_mismatch`, `undecodable`, `bad_metadata`
+(a metadata value that does not convert, e.g. length_bytes `'12 KB'`, or an empty path: that row only),
+`unsafe_member` (tar member escaping the bundle, device, fifo), `corrupt_bundle`, `unreadable_input` (an input
+file, or one row group of a metadata file, that cannot be read).
+
+The metadata files are checked when the stage is planned: a missing `blob_id` or `path` column, or a column of
+the wrong kind (a list where a count is expected), is a one-line error naming the file and the column.
+
+A content store that is down (refused, timed out, throttled, 5xx) is not bad input: each read is retried
+(`fetch_retries`, `fetch_backoff`), and a shard whose reads still fail is not committed. The stage then ends
+with one line counting those shards; rerunning the same command redoes only them.
 
 Example:
     stackcurate ingest --metadata 'meta/*.parquet' --content s3://softwareheritage --out work/run
@@ -45,6 +54,7 @@ ERROR_REASONS = frozenset(
         "unsafe_member",
         "corrupt_bundle",
         "unreadable_input",
+        "bad_metadata",
     }
 )
 
@@ -72,14 +82,26 @@ class IngestConfig:
     verify_hashes: bool = option(True, "check blob_id = sha1(bytes) and content_id = git blob hash")
     rows_per_shard: int = option(20_000, "metadata rows per shard (the unit of work and of resume)")
     batch_rows: int = option(512, "rows per in-memory batch")
-    fetch_threads: int = option(16, "concurrent content-store reads per worker")
+    fetch_threads: int = option(16, "concurrent content-store reads per worker", output=False)
+    fetch_retries: int = option(
+        5, "retries of a content-store read that failed transiently (refused, timeout, throttling, 5xx)", output=False
+    )
+    fetch_backoff: float = option(
+        0.5,
+        "seconds before the first retry, doubled for each next one, with jitter (5 retries: 8-16 s in all)",
+        output=False,
+    )
     tmp_dir: str | None = option(
-        None, "scratch folder for unpacking git-bare bundles (default: system temp)", path=True
+        None, "scratch folder for unpacking git-bare bundles (default: system temp)", path=True, output=False
     )
 
     @property
     def s3(self) -> io.S3Options:
         return io.S3Options(endpoint=self.s3_endpoint, anonymous=self.s3_anonymous, region=self.s3_region)
+
+    @property
+    def fetch(self) -> sources.FetchOptions:
+        return sources.FetchOptions(threads=self.fetch_threads, retries=self.fetch_retries, backoff=self.fetch_backoff)
 
     @property
     def limits(self) -> sources.Limits:
@@ -121,7 +143,10 @@ def plan(cfg: IngestConfig) -> list[Shard]:
         raise StackcurateError("ingest needs an input: --metadata with --content, --bundles, or --repos")
     if cfg.metadata and not cfg.content:
         raise StackcurateError("--metadata needs --content, the store holding content/<blob_id> objects")
-    shards = plan_parquet(_expand_all(cfg.metadata, cfg.s3, "metadata"), cfg.rows_per_shard, cfg.s3, kind="stack_v2")
+    if cfg.fetch_retries < 0 or cfg.fetch_backoff < 0:
+        raise StackcurateError("--fetch-retries and --fetch-backoff may not be negative")
+    metadata = _expand_all(cfg.metadata, cfg.s3, "metadata")
+    shards = plan_parquet(metadata, cfg.rows_per_shard, cfg.s3, kind="stack_v2", check=sources.check_metadata)
     inputs = [(_bundle_kind(uri), uri) for uri in _expand_all(cfg.bundles, cfg.s3, "bundle")]
     for repo in cfg.repos:
         if not Path(repo).is_dir():
@@ -148,7 +173,7 @@ class IngestStage:
         cfg = self.cfg
         if shard.kind == "stack_v2":
             assert cfg.content is not None
-            return sources.read_stack_v2(shard, cfg.content, cfg.s3, cfg.limits, cfg.batch_rows, cfg.fetch_threads)
+            return sources.read_stack_v2(shard, cfg.content, cfg.s3, cfg.limits, cfg.batch_rows, cfg.fetch)
         if shard.kind == "flat":
             return sources.read_flat_bundle(shard, cfg.limits, cfg.batch_rows, cfg.s3)
         if shard.kind == "git_bare":

@@ -11,21 +11,23 @@ Sources:
 """
 
 import os
+import random
 import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from stackcurate.core import io
+from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import DOC_ID_ORDINAL_BITS, FILE_SCHEMA
 from stackcurate.core.stage import Shard
 from stackcurate.stages.ingest.content import gunzip_bounded
@@ -39,6 +41,16 @@ _METADATA_COLUMNS = [
 ]
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _BATCH_BYTES = 64 << 20
+_MAX_BACKOFF = 30.0  # seconds, whatever fetch_backoff and fetch_retries say
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchOptions:
+    """How the content store is read (see IngestConfig: fetch_threads, fetch_retries, fetch_backoff)."""
+
+    threads: int
+    retries: int
+    backoff: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,49 +116,198 @@ class _RawBatch:
 
 # --- The Stack v2: metadata Parquet + content store -------------------------------------------------------
 
+_REQUIRED_COLUMNS = ("blob_id", "path")
+_METADATA_TYPES = {f.name: f.type for f in RAW_SCHEMA if f.name in _METADATA_COLUMNS}
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _type_fits(actual: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a metadata column of type `actual` holds `target` values: the same kind of value (any integer
+    width, any timestamp unit) or text to parse. A value that then fails to convert is a problem of its row
+    only (`bad_metadata`); a column of another kind (a list where a count is expected) is a wrong file."""
+    if isinstance(actual, pa.DictionaryType):
+        actual = actual.value_type
+    if pa.types.is_null(actual):  # an all-null column, as pandas writes one
+        return True
+    if _is_text(target):
+        return _is_text(actual) or pa.types.is_binary(actual) or pa.types.is_large_binary(actual)
+    if pa.types.is_integer(target):
+        return _is_text(actual) or pa.types.is_integer(actual) or pa.types.is_floating(actual)
+    if pa.types.is_boolean(target):
+        return _is_text(actual) or pa.types.is_boolean(actual)
+    if pa.types.is_timestamp(target):
+        return _is_text(actual) or pa.types.is_timestamp(actual) or pa.types.is_date(actual)
+    if isinstance(target, pa.ListType):
+        return isinstance(actual, pa.ListType | pa.LargeListType) and _type_fits(actual.value_type, target.value_type)
+    return actual == target
+
+
+def check_metadata(uri: str, schema: pa.Schema) -> None:
+    """Raise a one-line error naming the file and the column when a metadata file lacks a required column or
+    has a column of the wrong kind (see :func:`_type_fits`); other columns are ignored."""
+    for name in _REQUIRED_COLUMNS:
+        if name not in schema.names:
+            raise StackcurateError(
+                f"metadata {uri} has no column '{name}'; The Stack v2 file-level metadata needs "
+                f"{' and '.join(_REQUIRED_COLUMNS)} (the others are optional)"
+            )
+    for name, target in _METADATA_TYPES.items():
+        if len(found := schema.get_all_field_indices(name)) > 1:
+            raise StackcurateError(f"metadata {uri} has {len(found)} columns named '{name}'")
+        if found and not _type_fits(actual := schema.field(name).type, target):
+            expected = target if _is_text(target) else f"{target} (or text holding one)"
+            raise StackcurateError(f"metadata {uri}: column '{name}' is {actual}, expected {expected}")
+
+
+def _conform_metadata(meta: pa.Table) -> tuple[pa.Table, list[str | None]]:
+    """The known metadata columns converted to the record types, and per row what could not be (None: all).
+
+    A column converts as a whole when it can (the usual case, at Arrow speed); otherwise value by value, and a
+    value that fails (`'12 KB'` as length_bytes, 3.5 stars) leaves its row a problem and the others intact.
+    """
+    problems: list[list[str]] = [[] for _ in range(meta.num_rows)]
+    columns = {}
+    for name, target in _METADATA_TYPES.items():
+        if name not in meta.column_names:
+            continue
+        column = meta.column(name)
+        # Nanosecond dates (The Stack v2's) are cut to microseconds: a truncation, not a bad value. Any other
+        # lossy conversion (3.5 stars, seconds past the microsecond range) is one.
+        from_ns = isinstance(column.type, pa.TimestampType) and column.type.unit == "ns"
+        safe = not (from_ns and pa.types.is_timestamp(target))
+        try:
+            columns[name] = column.cast(target, safe=safe)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            parts = []
+            for i in range(len(column)):
+                value = column.slice(i, 1)
+                try:
+                    parts.append(value.cast(target, safe=safe).combine_chunks())
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    problems[i].append(f"{name}: {str(value.to_pylist()[0])[:100]!r} is not {target}")
+                    parts.append(pa.nulls(1, target))
+            columns[name] = pa.chunked_array(parts, target)
+    for i, path in enumerate(columns["path"].to_pylist()):
+        if not path:
+            problems[i].append("path is empty")
+    return pa.table(columns), ["; ".join(p) if p else None for p in problems]
+
+
+class _GaveUp(Exception):  # noqa: N818 - control flow inside this module, never seen outside it
+    """The shard gave up on the content store; a read still queued is skipped."""
+
+
+class _ContentStore:
+    """The content store as the fetch threads of one shard share it.
+
+    A read that fails transiently (:func:`io.transient_cause`: refused, timed out, throttled, 5xx) is retried
+    `retries` times after an exponential backoff with jitter. One that still fails makes the shard give up:
+    reads still queued are skipped (the shard will be redone, so they would be thrown away) and
+    `failure` says why. The process also remembers the store as down, so that its next shard tries each read
+    once before giving up too instead of waiting through the backoff again; a store that is back answers
+    that one try, and retries are full again. S3 reads go through a client with no retries of its own.
+    """
+
+    _down: ClassVar[set[str]] = set()  # stores whose last read in this process failed through its retries
+
+    def __init__(self, uri: str, s3: io.S3Options, retries: int, backoff: float) -> None:
+        self.fs, self.root = io.filesystem(uri, s3, attempts=1)
+        where = f" at {s3.endpoint}" if uri.startswith("s3://") and s3.endpoint else ""
+        self.name = f"the content store {uri}{where}"
+        self.retries, self.backoff = retries, backoff
+        self.failure: str | None = None
+        self._gave_up = threading.Event()
+        self._lock = threading.Lock()
+
+    def get(self, path: str, cap: int) -> bytes | int:
+        """The object's bytes, or its size when that is over `cap`; a permanent failure raises its OSError.
+
+        Raises:
+            _GaveUp: The shard gave up on the store (this read failed through its retries, or another did).
+        """
+        tries = 1 if self.name in self._down else 1 + self.retries
+        error = f"{self.name} is unavailable"
+        for attempt in range(tries):
+            if self._gave_up.is_set():
+                raise _GaveUp
+            try:
+                with self.fs.open_input_file(path) as f:
+                    size = f.size()
+                    data = f.read() if size <= cap else size
+                self._down.discard(self.name)
+                return data
+            except OSError as exc:
+                cause = io.transient_cause(exc)
+                if cause is None:
+                    raise
+                error = f"{self.name} is unavailable: {cause} ({io.short_error(exc)})"
+            if attempt + 1 < tries:
+                # Equal jitter: at least half the doubled delay, so retries back off, and spread, so the
+                # threads that failed together do not come back together.
+                delay = min(self.backoff * 2**attempt, _MAX_BACKOFF)
+                if self._gave_up.wait(delay / 2 + random.uniform(0, delay / 2)):
+                    raise _GaveUp
+        with self._lock:
+            self.failure = self.failure or error
+        self._down.add(self.name)
+        self._gave_up.set()
+        raise _GaveUp
+
 
 def _fetch(
-    fs: pafs.FileSystem, root: str, row: dict[str, Any], limits: Limits
+    store: _ContentStore, row: dict[str, Any], problem: str | None, limits: Limits
 ) -> tuple[bytes | None, str | None, str | None]:
+    if problem is not None:
+        return None, "bad_metadata", problem
     blob_id, length = row.get("blob_id"), row.get("length_bytes")
     if length is not None and length > limits.max_bytes:
         # The Stack v2 metadata already gives the decoded size: no need to download what the cap drops.
         return None, "too_large", f"length_bytes {length} (cap {limits.max_bytes}), not fetched"
     if not blob_id or not _HEX40.fullmatch(blob_id):
         return None, "missing_blob", f"invalid blob_id {blob_id!r}"
-    path = io.join(root, "content", blob_id)
+    path = io.join(store.root, "content", blob_id)
     try:
-        with fs.open_input_file(path) as f:
-            size = f.size()
-            if size > limits.max_compressed_bytes:
-                return None, "too_large", f"{size} compressed bytes (cap {limits.max_compressed_bytes})"
-            compressed = f.read()
+        compressed = store.get(path, limits.max_compressed_bytes)
+    except _GaveUp:
+        return None, None, None  # the shard is not committed: read_stack_v2 raises once the batch is done
     except FileNotFoundError:
         return None, "missing_blob", f"no object {path}"
     except OSError as exc:
         if "NoSuchKey" in str(exc) or "does not exist" in str(exc):
             return None, "missing_blob", f"no object {path}"
         return None, "fetch_failed", str(exc)[:500]
+    if isinstance(compressed, int):
+        return None, "too_large", f"{compressed} compressed bytes (cap {limits.max_compressed_bytes})"
     inflated = gunzip_bounded(compressed, limits.max_bytes, limits.bomb_ratio)
     return inflated.data, inflated.reason, inflated.detail
 
 
 def read_stack_v2(
-    shard: Shard, content: str, s3: io.S3Options, limits: Limits, batch_rows: int, fetch_threads: int
+    shard: Shard, content: str, s3: io.S3Options, limits: Limits, batch_rows: int, fetch: FetchOptions
 ) -> Iterator[pa.Table]:
-    """Metadata rows `[start, stop)` of one Parquet file, each with its bytes fetched from the content store."""
+    """Metadata rows `[start, stop)` of one Parquet file, each with its bytes fetched from the content store.
+
+    Raises:
+        io.StoreUnavailable: The content store stayed unavailable through the retries; the shard must not be
+            committed (run_shard leaves it for the next run).
+        io.UnreadableRowGroups: After the other rows, when some row groups of the metadata could not be read.
+    """
     meta_fs, meta_path = io.filesystem(shard.path, s3)
-    store_fs, store_root = io.filesystem(content, s3)
-    ordinal = shard.start
-    with ThreadPoolExecutor(max_workers=fetch_threads) as pool:
-        for meta in io.scan_parquet_slice(meta_fs, meta_path, shard.start, shard.stop, batch_rows=batch_rows):
-            names = [c for c in _METADATA_COLUMNS if c in meta.column_names]
-            rows = meta.select(names).to_pylist()
-            fetched = pool.map(lambda r: _fetch(store_fs, store_root, r, limits), rows)
-            out = []
-            for row, (data, reason, detail) in zip(rows, fetched, strict=True):
+    store = _ContentStore(content, s3, fetch.retries, fetch.backoff)
+    with ThreadPoolExecutor(max_workers=fetch.threads) as pool:
+        for first, meta in io.scan_parquet_rows(meta_fs, meta_path, shard.start, shard.stop, batch_rows=batch_rows):
+            meta, problems = _conform_metadata(meta)
+            rows = meta.to_pylist()
+            fetched = list(pool.map(lambda rp: _fetch(store, rp[0], rp[1], limits), zip(rows, problems, strict=True)))
+            if store.failure is not None:
+                raise io.StoreUnavailable(store.failure)
+            for i, (row, (data, reason, detail)) in enumerate(zip(rows, fetched, strict=True)):
+                # doc_id is the row's number in the file, so it holds when a row group before it is unreadable.
                 row.update(
-                    doc_id=doc_id(shard.source_index, ordinal),
+                    doc_id=doc_id(shard.source_index, first + i),
                     source="stack_v2",
                     origin=shard.path,
                     data=data,
@@ -155,24 +316,16 @@ def read_stack_v2(
                 )
                 if row.get("content_id"):
                     row["swhid"] = f"swh:1:cnt:{row['content_id']}"
-                out.append(row)
-                ordinal += 1
-            yield _raw_table(out)
-
-
-def _raw_table(rows: list[dict[str, Any]]) -> pa.Table:
-    """Raw rows to RAW_SCHEMA; The Stack v2's nanosecond dates are cut to microseconds."""
-    columns = {}
-    for f in RAW_SCHEMA:
-        values = [r.get(f.name) for r in rows]
-        if pa.types.is_timestamp(f.type):
-            columns[f.name] = pa.array(values, pa.timestamp("ns")).cast(f.type, safe=False)
-        else:
-            columns[f.name] = pa.array(values, f.type)
-    return pa.table(columns, schema=RAW_SCHEMA)
+            yield pa.Table.from_pylist(rows, schema=RAW_SCHEMA)
 
 
 # --- Vault bundles ----------------------------------------------------------------------------------------
+
+
+def _raise_if_transient(exc: BaseException, uri: str) -> None:
+    """A bundle whose store failed transiently is not corrupt: leave the shard for a rerun (run_shard)."""
+    if (cause := io.transient_cause(exc)) is not None:
+        raise io.StoreUnavailable(f"{uri} could not be read: {cause} ({io.short_error(exc)})") from exc
 
 
 def _escapes(name: str) -> bool:
@@ -243,6 +396,7 @@ def read_flat_bundle(shard: Shard, limits: Limits, batch_rows: int, s3: io.S3Opt
                 if batch.full():
                     yield batch.flush()
     except (tarfile.TarError, EOFError, OSError) as exc:  # a broken gzip stream is a tarfile.ReadError
+        _raise_if_transient(exc, shard.path)
         batch.add("", reason="corrupt_bundle", detail=f"{type(exc).__name__}: {exc}")
     if batch.rows:
         yield batch.flush()
@@ -290,6 +444,7 @@ def read_git_bare_bundle(
                     if top.endswith(".git") and git_dir is None:
                         git_dir = os.path.join(workdir, top)
         except (tarfile.TarError, EOFError, OSError) as exc:
+            _raise_if_transient(exc, shard.path)
             batch.add("", reason="corrupt_bundle", detail=f"{type(exc).__name__}: {exc}")
             git_dir = None
         if git_dir is None:
