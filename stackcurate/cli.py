@@ -6,6 +6,7 @@
     stackcurate language --out work/x --languages filters/languages/starcoder2_smol_v1.txt
     stackcurate query work/x "select language, count(*) from language group by 1"
     stackcurate stats work/x
+    stackcurate purge work/x                            # drop the unredacted text once pii has finished
 
 Stages run on an embedded local Ray by default; `--ray-address HOST:PORT` (or RAY_ADDRESS) runs them on an
 existing cluster, `--runner local` in this process. Errors print as one line; STACKCURATE_DEBUG=1 shows the
@@ -15,9 +16,10 @@ traceback.
 import argparse
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
-from stackcurate.core.config import add_flags, build_config, dump_yaml, flag_values, read_yaml, to_dict
+from stackcurate.core.config import add_flags, build_config, dump_yaml, flag_values, read_yaml, resolve_paths, to_dict
 from stackcurate.core.errors import exit_code
 from stackcurate.stages import STAGE_ORDER, get_stage
 
@@ -93,6 +95,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="output folder of a run")
     p.set_defaults(handler=_cmd_stats)
 
+    from stackcurate.stages.pii import purge
+
+    p = sub.add_parser(
+        "purge", help="drop a finished run's unredacted text (the stages before pii); stats stay",
+        description=purge.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("out", help="output folder of a run whose pii stage has finished")
+    p.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    p.set_defaults(handler=_cmd_purge)
+
     p = sub.add_parser("pii-model", help="train or evaluate the PII encoder model (see pii_model/)")
     model_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     from pii_model import evaluate, train
@@ -145,8 +157,10 @@ def _cmd_stage(args: argparse.Namespace) -> None:
     from stackcurate.pipeline import run_stage
 
     spec = get_stage(args.stage)
-    values = read_yaml(args.config) if args.config else {}
-    cfg = build_config(spec.config_cls, {**values, **flag_values(args, spec.config_cls)})
+    # Paths resolve here, on the driver: a --config file's against its folder, flags' against the working
+    # folder (a worker on another node runs elsewhere).
+    values = resolve_paths(spec.config_cls, read_yaml(args.config), Path(args.config).parent) if args.config else {}
+    cfg = build_config(spec.config_cls, {**values, **flag_values(args, spec.config_cls)}, base_dir=Path.cwd())
     opts = _run_options(args)
     print(dump_yaml({spec.name: to_dict(cfg)}), end="", file=sys.stderr)
     result = run_stage(spec, cfg, args.out, opts, input_uri=getattr(args, "input", None))
@@ -202,6 +216,15 @@ def _cmd_query(args: argparse.Namespace) -> None:
         print("\n".join(views))
         return
     _print_relation(run_query(args.out, args.sql), args.format, args.max_rows)
+
+
+def _cmd_purge(args: argparse.Namespace) -> None:
+    from stackcurate.stages.pii import purge
+
+    result = purge.purge(args.out, dry_run=args.dry_run)
+    if args.dry_run:
+        print("\n".join(result.files))
+    print(result.line(args.dry_run))
 
 
 def _cmd_stats(args: argparse.Namespace) -> None:

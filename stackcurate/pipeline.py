@@ -16,6 +16,7 @@ import dataclasses
 import json
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -23,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from stackcurate.core import io
-from stackcurate.core.config import build_config, dump_yaml, to_dict
+from stackcurate.core.config import build_config, dump_yaml, output_settings, to_dict
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import StageDir, TaskContext, plan_fingerprint
+from stackcurate.core.stage import Shard, StageDir, TaskContext, plan_fingerprint
 from stackcurate.stages import STAGE_ORDER, StageSpec, get_stage
 
 
@@ -81,6 +82,12 @@ def _check_input_complete(input_uri: str) -> None:
     fs, path = io.filesystem(input_uri)
     if io.exists(fs, io.join(path, "_plan.json")) and not io.exists(fs, io.join(path, "_SUCCESS")):
         raise StackcurateError(f"{input_uri} is incomplete (an interrupted run); rerun that stage first")
+    from stackcurate.stages.pii.purge import purged
+
+    if purged(fs, path):
+        raise StackcurateError(
+            f"{input_uri} was purged (`stackcurate purge` dropped its text); rerun the pipeline with --overwrite"
+        )
 
 
 def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_uri: str | None = None) -> StageResult:
@@ -111,14 +118,17 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
     if spec.prepare is not None:
         cfg = spec.prepare(cfg, ctx)
     config = to_dict(cfg)
-    done = stage_dir.prepare(plan_fingerprint(spec.name, config, shards), overwrite=opts.overwrite)
+    done = stage_dir.prepare(
+        plan_fingerprint(spec.name, output_settings(cfg), shards, out=out), overwrite=opts.overwrite
+    )
     pending = [s for s in shards if s.index not in done]
+    summaries: list[dict[str, Any]] = []
     if pending:
         factory = partial(spec.build, cfg)
         if opts.runner == "ray":
             from stackcurate.runners import ray as runner
 
-            runner.run(
+            summaries = runner.run(
                 factory,
                 pending,
                 stage_dir,
@@ -131,7 +141,12 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
         else:
             from stackcurate.runners import local
 
-            local.run(factory, pending, stage_dir, run_id, progress=opts.progress)
+            summaries = local.run(factory, pending, stage_dir, run_id, progress=opts.progress)
+    # A shard left uncommitted (its store was down) keeps the stage unfinished: no _SUCCESS, so the next
+    # run redoes exactly those shards; the finished ones are kept.
+    committed = stage_dir.done_shards()
+    if unfinished := [s for s in shards if s.index not in committed]:
+        raise StackcurateError(_unfinished_line(spec.name, shards, unfinished, summaries or []))
     if spec.finish is not None:
         spec.finish(cfg, ctx)
     stage_dir.finish(dump_yaml({"stage": spec.name, "input": input_uri, "config": config}))
@@ -141,6 +156,20 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
         for key in ("docs_in", "docs_out", "docs_removed", "errors", "bytes_out"):
             setattr(result, key, getattr(result, key) + summary[key])
     return result
+
+
+def _unfinished_line(stage: str, shards: list[Shard], unfinished: list[Shard], summaries: list[dict[str, Any]]) -> str:
+    """One line for a stage whose shards did not all commit: how many, why, and that a rerun finishes them."""
+    rows = sum(s.stop - s.start for s in unfinished)
+    what = f"{len(unfinished):,} of {len(shards):,} shards" + (f" ({rows:,} input rows)" if rows else "")
+    done = len(shards) - len(unfinished)
+    kept = f" (the {done:,} finished shard{'s are' if done != 1 else ' is'} kept)" if done else ""
+    causes = Counter(s["unavailable"] for s in summaries if s.get("unavailable"))
+    if not causes:
+        return f"{stage}: {what} did not finish; rerun the same command to do them{kept}"
+    cause, _ = causes.most_common(1)[0]
+    more = f" (and {len(causes) - 1} other causes)" if len(causes) > 1 else ""
+    return f"{stage}: {what} not done: {cause}{more}; rerun the same command when the store is back{kept}"
 
 
 def _map_tasks(opts: RunOptions, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:

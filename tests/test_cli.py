@@ -3,8 +3,9 @@
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
-from helpers import stack_v2_layout
+from helpers import make_table, stack_v2_layout
 
 from stackcurate.cli import main
 
@@ -121,7 +122,7 @@ def test_resolved_config_is_saved_next_to_output(ingested):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["filter", "--rules", "filters/nope.yaml"], "rule set filters/nope.yaml does not exist"),
+        (["filter", "--rules", "filters/nope.yaml"], "filters/nope.yaml does not exist"),
         (["filter", "--rules", "filters/starcoder2_v1.yaml", "--overrides", "bogus=3"], "unknown rule 'bogus'"),
         (["decontaminate", "--benchmarks", "nope.jsonl"], "benchmark file nope.jsonl does not exist"),
         (["license", "--keep", "free"], "unknown license type 'free'"),
@@ -132,3 +133,23 @@ def test_stage_config_errors_come_before_any_work(ingested, capsys, argv, messag
     line = _one_line_error(capsys, [argv[0], "--out", str(ingested), "--runner", "ray", *argv[1:]])
     assert message in line
     assert not (ingested / argv[0]).exists()
+
+
+def test_relative_paths_resolve_on_the_driver(tmp_path, monkeypatch):
+    """Workers on other nodes run in other folders: a flag's relative path resolves against the working folder
+    and a --config file's against that file's folder, before any worker sees them."""
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "py.txt").write_text("Python\n")
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "language.yaml").write_text("languages: ../lists/py.txt\n")
+    records = tmp_path / "in"
+    records.mkdir()
+    pq.write_table(make_table([("/a.py", "import os\n"), ("/b.c", "int x;\n")]), records / "00000.parquet")
+    monkeypatch.chdir(tmp_path)
+    for extra in (["--languages", "lists/py.txt"], ["--config", "conf/language.yaml"]):
+        out = tmp_path / f"out{len(extra[1])}"
+        argv = ["language", "--input", str(records), "--out", str(out), "--runner", "local", "--no-progress"]
+        assert main([*argv, *extra]) == 0
+        config = (out / "language" / "_config.yaml").read_text()
+        assert f"languages: {tmp_path / 'lists' / 'py.txt'}" in config
+        assert pq.read_table(out / "language" / "00000.parquet").column("path").to_pylist() == ["/a.py"]

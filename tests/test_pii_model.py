@@ -30,8 +30,10 @@ from stackcurate.stages.pii.model import (  # noqa: E402
 )
 from stackcurate.stages.pii.recognizers import EncoderRecognizer  # noqa: E402
 
-# Two MiniLM layers, 800 examples: enough to learn author headers, in about half a minute on CPU.
-SMALL = train.TrainConfig(layers=2, examples=800, epochs=2, lr=5e-4, batch_tokens=1024, seed=3)
+# One MiniLM layer, one pass over the gated lines of 600 examples (28 steps): enough to learn author headers in
+# a few seconds of training on CPU (CI shares 2 cores; the default model's quality is `stackcurate pii-model
+# eval`'s to measure, not the tests').
+SMALL = train.TrainConfig(layers=1, examples=600, epochs=1, lr=1e-3, batch_tokens=1024, other_lines=0.0, seed=3)
 TINY = train.TrainConfig(base="tiny", examples=60, epochs=1, seed=4)
 
 
@@ -210,7 +212,7 @@ def test_model_as_a_presidio_recognizer_reports_what_the_model_finds(small_model
 def test_stage_with_patterns_and_model(tmp_path, small_model):
     text = "# Author: Henrike Osterhagen <h.osterhagen@posteo.de>\nx = 1\n"
     records = write_records(tmp_path / "in", [make_table([("a.py", text)], language="Python")])
-    cfg = PiiConfig(model=str(small_model))
+    cfg = PiiConfig(model=str(small_model), score_threshold=0.3)  # a model this small is unsure (scores ~0.4)
     run_stage(get_stage("pii"), cfg, str(tmp_path / "out"), RunOptions(runner="local", progress=False),
               input_uri=str(records))  # fmt: skip
     out = read_all(tmp_path / "out" / "pii")

@@ -21,10 +21,27 @@ from stackcurate.core.errors import StackcurateError
 C = TypeVar("C")
 
 
-def option(default: Any, help: str, *, path: bool = False, keywords: tuple[str, ...] = ()) -> Any:  # noqa: A002
+def option(
+    default: Any,
+    help: str,  # noqa: A002
+    *,
+    path: bool = False,
+    keywords: tuple[str, ...] = (),
+    output: bool = True,
+) -> Any:
     """Declare a config field with its help text; `path=True` resolves it against the YAML's folder, except
-    the values in `keywords` (`auto`, `none`: choices, not files)."""
-    return dataclasses.field(default=default, metadata={"help": help, "path": path, "keywords": keywords})
+    the values in `keywords` (`auto`, `none`: choices, not files). `output=False` marks a setting of how to
+    run (threads, retries, a scratch folder) that never changes the output: a rerun may change it and resume."""
+    return dataclasses.field(
+        default=default, metadata={"help": help, "path": path, "keywords": keywords, "output": output}
+    )
+
+
+def output_settings(cfg: Any) -> dict[str, Any]:
+    """The fields of a config that decide its output (:func:`to_dict` less the `output=False` ones): what a
+    plan fingerprint holds."""
+    ignored = {f.name for f in dataclasses.fields(cfg) if not f.metadata.get("output", True)}
+    return {k: v for k, v in to_dict(cfg).items() if k not in ignored}
 
 
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
@@ -72,6 +89,21 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
         except (TypeError, ValueError):
             raise StackcurateError(f"config key '{name}' must be {inner.__name__}, got {value!r}") from None
     return value
+
+
+def resolve_paths(cls: type, values: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """`values` with the path fields of `cls` resolved against `base_dir` (a config file's folder), before
+    they are merged with values from elsewhere; checking is :func:`build_config`'s."""
+    out = dict(values)
+    for f in dataclasses.fields(cls):
+        value = out.get(f.name)
+        if not f.metadata.get("path") or value is None:
+            continue
+        keywords = f.metadata.get("keywords", ())
+        items = value if isinstance(value, list | tuple) else [value]
+        resolved = [v if not isinstance(v, str) or v in keywords else _resolve_path(v, base_dir) for v in items]
+        out[f.name] = resolved if isinstance(value, list | tuple) else resolved[0]
+    return out
 
 
 def build_config(cls: type[C], values: dict[str, Any] | None, *, base_dir: Path | None = None) -> C:

@@ -1,5 +1,6 @@
 """The one exception type that the CLI turns into a one-line message."""
 
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -13,6 +14,16 @@ class StackcurateError(Exception):
     """
 
 
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether `exc` says the disk (or the user's quota) is full; pyarrow's OSErrors often carry the reason only
+    in their message."""
+    if not isinstance(exc, OSError):
+        return False
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT) or any(
+        text in str(exc) for text in ("No space left on device", "Disk quota exceeded")
+    )
+
+
 def exit_code(action: Callable[[], object], interrupted: str = "rerun the same command to resume") -> int:
     """Run a command's `action`: 0 when it returns; a StackcurateError printed as one line (the traceback with
     STACKCURATE_DEBUG=1) and 2; an interrupt told how to go on, and 130."""
@@ -22,6 +33,16 @@ def exit_code(action: Callable[[], object], interrupted: str = "rerun the same c
         if os.environ.get("STACKCURATE_DEBUG"):
             raise
         print(f"stackcurate: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if not is_disk_full(exc) or os.environ.get("STACKCURATE_DEBUG"):
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(
+            f"stackcurate: error: no space left on device{where}; free some space or choose another --out, "
+            "then rerun the same command to resume",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print(f"stackcurate: interrupted; {interrupted}", file=sys.stderr)

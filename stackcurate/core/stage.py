@@ -17,9 +17,11 @@ number of workers. A runner (local loop or Ray) only decides where :func:`run_sh
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -28,10 +30,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from stackcurate.core import io
-from stackcurate.core.errors import StackcurateError
+from stackcurate.core.errors import StackcurateError, is_disk_full
 from stackcurate.core.schema import ERROR_SCHEMA, STATS_SCHEMA, conform, with_reason
 
 SHARD_DIGITS = 5
+log = logging.getLogger("stackcurate.stage")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,11 +227,50 @@ class StageDir:
         io.write_bytes_atomic(self.fs, self.success_path, b"")
 
 
-def plan_fingerprint(stage: str, config: dict[str, Any], shards: list[Shard]) -> str:
-    payload = json.dumps(
-        {"stage": stage, "config": config, "shards": [asdict(s) for s in shards]}, sort_keys=True, default=str
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
+def plan_fingerprint(stage: str, config: dict[str, Any], shards: list[Shard], *, out: str) -> str:
+    """What a stage's output depends on: its config and its plan, with every local path made portable
+    (:func:`_portable`), so a run folder moved or copied elsewhere, with or without its inputs, resumes."""
+    _, root = io.filesystem(out)
+    payload = {"stage": stage, "config": config, "shards": [asdict(s) for s in shards]}
+    text = json.dumps(_portable(payload, root + "/", {}), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_HASHED_BYTES = 1 << 20  # of a file's head and of its tail: input Parquet files can be many GB
+
+
+def _portable(value: Any, root: str, memo: dict[str, str]) -> Any:
+    """`value` with local absolute paths replaced by what does not change when folders move: a path inside the
+    run folder (`root`) by its relative path, a file elsewhere by its size and a hash of its first and last MiB
+    (a rules table, a metadata Parquet file), a folder elsewhere by its name (a repository, a content store),
+    a glob from its deepest existing folder's name on.
+    URIs (`s3://...`) and other values stay as they are."""
+    if isinstance(value, dict):
+        return {k: _portable(v, root, memo) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_portable(v, root, memo) for v in value]
+    if not isinstance(value, str) or not value.startswith("/"):
+        return value
+    if value.startswith(root) or value == root.rstrip("/"):
+        return "$OUT/" + value[len(root) :]
+    if value not in memo:
+        path = Path(value)
+        if path.is_file():
+            digest = hashlib.sha256()
+            with path.open("rb") as f:
+                size = f.seek(0, 2)
+                f.seek(0)
+                digest.update(f.read(_HASHED_BYTES))
+                if size > 2 * _HASHED_BYTES:
+                    f.seek(size - _HASHED_BYTES)
+                digest.update(f.read(_HASHED_BYTES))
+            memo[value] = f"file:{size}:{digest.hexdigest()}"
+        else:  # a folder, or a glob (whose matches the plan's shards name): from the folder's name on
+            folder = path
+            while not folder.is_dir() and folder != folder.parent:
+                folder = folder.parent
+            memo[value] = f"dir:{folder.name}/{path.relative_to(folder).as_posix()}"
+    return memo[value]
 
 
 def error_row(shard: Shard, source: str, reason: str, detail: str) -> pa.Table:
@@ -287,7 +329,9 @@ class Counters:
 
 
 def _guarded_read(stage: Stage, shard: Shard, errors: io.AtomicParquetWriter) -> Iterator[pa.Table]:
-    """The shard's input tables; a failure to read the input becomes one error row, never a crash."""
+    """The shard's input tables; a failure to read the input becomes one error row (one per unreadable row
+    group, the others being read), never a crash. A transient failure (the store, not the input) raises
+    io.StoreUnavailable instead: the input is not bad, and the shard must be redone, not committed."""
     if shard.kind == "unreadable":
         errors.write(error_row(shard, stage.name, "unreadable_input", shard.detail))
         return
@@ -297,14 +341,35 @@ def _guarded_read(stage: Stage, shard: Shard, errors: io.AtomicParquetWriter) ->
             table = next(tables)
         except StopIteration:
             return
+        except io.StoreUnavailable:
+            raise
+        except io.UnreadableRowGroups as exc:
+            for detail in exc.details:
+                errors.write(error_row(shard, stage.name, "unreadable_input", detail))
+            return
         except Exception as exc:  # noqa: BLE001 - whatever the reader raised, the input is bad, not the run
+            if (cause := io.transient_cause(exc)) is not None:
+                raise io.StoreUnavailable(f"{shard.path} could not be read: {cause} ({io.short_error(exc)})") from exc
             errors.write(error_row(shard, stage.name, "unreadable_input", f"{type(exc).__name__}: {exc}"))
             return
         yield table
 
 
 def run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[str, Any]:
-    """Run one shard end to end and commit it; return its summary (also stored in its marker)."""
+    """Run one shard end to end and commit it; return its summary (also stored in its marker). A full disk is
+    a one-line error naming the output (the shard's temporary files are gone, its finished siblings kept)."""
+    try:
+        return _run_shard(stage, shard, out, run_id)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise StackcurateError(
+                f"{stage.name}: no space left on the device holding {out.uri} (writing shard {shard.name}); "
+                "free some space or choose another --out, then rerun the same command to resume"
+            ) from None
+        raise
+
+
+def _run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[str, Any]:
     started = time.perf_counter()
     schema = stage.output_schema(shard)
     removed_schema = getattr(stage, "removed_schema", with_reason)(schema)
@@ -328,6 +393,14 @@ def run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[st
                 counters.count(result.errors, "error")
             for (metric, language, reason), value in (result.stats or {}).items():
                 counters.add(metric, language, reason, value)
+    except io.StoreUnavailable as exc:
+        # Not committed: no marker, so the next run redoes the shard once the store is back. The summary says
+        # why, for the stage's closing line (pipeline.run_stage), and has the usual counters for the runners.
+        for writer in writers.values():
+            writer.abort()
+        log.debug("%s shard %s left for a rerun: %s", stage.name, shard.name, exc)
+        keys = ("docs_in", "docs_out", "docs_removed", "errors", "bytes_out")
+        return {"shard": shard.index, **dict.fromkeys(keys, 0), "unavailable": str(exc)}
     except BaseException:
         for writer in writers.values():
             writer.abort()
@@ -365,15 +438,27 @@ def read_records(shard: Shard, batch_rows: int, s3: io.S3Options | None = None) 
 
 
 def plan_parquet(
-    files: list[str], rows_per_shard: int, s3: io.S3Options | None = None, kind: str = "parquet"
+    files: list[str],
+    rows_per_shard: int,
+    s3: io.S3Options | None = None,
+    kind: str = "parquet",
+    check: Callable[[str, pa.Schema], None] | None = None,
 ) -> list[Shard]:
-    """Split Parquet files into shards of at most `rows_per_shard` rows, in file order."""
+    """Split Parquet files into shards of at most `rows_per_shard` rows, in file order. `check(uri, schema)`
+    vets each readable file's columns before any work (raising a one-line StackcurateError); a file that
+    cannot be read becomes an `unreadable` shard, unless the failure is transient (the store is down), which
+    stops the plan in one line."""
     shards: list[Shard] = []
     for source_index, uri in enumerate(files):
         fs, path = io.filesystem(uri, s3)
         try:
-            n = io.parquet_num_rows(fs, path)
+            footer = pq.read_metadata(path, filesystem=fs)
+            n, schema = footer.num_rows, footer.schema.to_arrow_schema()
         except (OSError, pa.ArrowException) as exc:
+            if (cause := io.transient_cause(exc)) is not None:
+                raise StackcurateError(
+                    f"cannot read {uri}: {cause} ({io.short_error(exc)}); rerun when the store is back"
+                ) from None
             shards.append(
                 Shard(
                     index=len(shards),
@@ -384,7 +469,11 @@ def plan_parquet(
                 )
             )
             continue
-        for start in range(0, n, rows_per_shard):
+        if check is not None:
+            check(uri, schema)
+        # An empty file still gets one (empty) shard: its stage then writes an empty output with the schema,
+        # which the next stage reads as an empty input.
+        for start in range(0, max(n, 1), rows_per_shard):
             shards.append(
                 Shard(
                     index=len(shards),

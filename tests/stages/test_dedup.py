@@ -394,14 +394,19 @@ def test_bad_settings_are_one_line_errors():
         build_config(DedupConfig, {"exact": False, "near": False})
 
 
-def test_verify_drops_candidate_pairs_below_the_threshold(tmp_path, family):
+def test_by_default_candidate_pairs_below_the_threshold_are_verified_away(tmp_path, family):
     # chain_a and chain_b share a band (checked above) at Jaccard ~0.78; with the same bands and a 0.8
     # threshold, only the exact check can tell them apart. Exact copies always pass it.
     contents = [family["chain_a"], family["chain_b"], family["chain_a"], "tiny", "tiny"]
     layout = {"bands": 25, "rows": 10, "threshold": 0.8}
-    unverified = run_dedup(tmp_path / "off", [files_table(contents)], **layout)
+    unverified = run_dedup(tmp_path / "off", [files_table(contents)], verify=False, **layout)  # SC2's recipe
     assert sorted(unverified["kept"].column("doc_id").to_pylist()) == [0, 3]
-    verified = run_dedup(tmp_path / "on", [files_table(contents)], verify=True, rows_per_partition=2, **layout)
+    assert unverified["removed"].column("reason").to_pylist() == [
+        "near_duplicate",
+        "exact_duplicate",
+        "exact_duplicate",
+    ]
+    verified = run_dedup(tmp_path / "on", [files_table(contents)], rows_per_partition=2, **layout)  # the default
     assert sorted(verified["kept"].column("doc_id").to_pylist()) == [0, 1, 3]
     assert verified["removed"].column("reason").to_pylist() == ["exact_duplicate", "exact_duplicate"]
 

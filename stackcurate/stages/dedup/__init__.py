@@ -1,11 +1,14 @@
-"""Exact and near deduplication: signature -> bucket -> cluster -> remove (StarCoder2 settings by default).
+"""Exact and near deduplication: signature -> bucket -> cluster -> remove (StarCoder2 settings, verified).
 
 Sub-stages, all under one config; the first three write `<out>/dedup_clusters/`, the last is `<out>/dedup/`:
 1. **signature** (one task per input file): per document an exact key (the `blob_id` SHA-1 of the original
    bytes, or a hash of the decoded text) and, when it has at least `min_tokens` tokens, a MinHash signature
    (see `minhash.py`) cut into LSH bands. Band keys and the exact key go to partitions by key; the columns
    that rank a document (license type, stars, forks, dates) go to partitions by doc_id.
-2. **bucket** (one task per partition): documents sharing a key become star edges to the smallest doc_id.
+2. **bucket** (one task per partition): documents sharing a key become star edges to the smallest doc_id;
+   by default (`verify`) a pair that shares only a band key becomes an edge only if the exact Jaccard of its
+   shingles reaches the threshold, so LSH never chains a file with no true neighbour into a cluster
+   (`--no-verify` is StarCoder2's unverified recipe).
 3. **cluster**: connected components with large-star / small-star over the partitioned edges (`graph.py`),
    then, per component, the document kept is the first by StarCoder2's order: license_type permissive >
    no_license (or unknown) > non_permissive, more stars, more forks, later revision_date, later visit_date,
@@ -105,7 +108,7 @@ _INPUT_COLUMNS = [
 
 @dataclass(frozen=True, kw_only=True)
 class DedupConfig:
-    """Exact and near dedup settings (defaults: StarCoder2, with datasketch's MinHash)."""
+    """Exact and near dedup settings (defaults: StarCoder2 with datasketch's MinHash, plus pair verification)."""
 
     exact: bool = option(True, "remove exact copies (same exact_key)")
     exact_key: str = option("blob_id", "blob_id (SHA-1 of the original bytes) or text (hash of the decoded text)")
@@ -118,7 +121,12 @@ class DedupConfig:
     min_tokens: int = option(5, "texts with fewer tokens get no signature (exact dedup only)")
     lowercase: bool = option(True, "lower-case before tokenizing (StarCoder2; StarCoder kept case)")
     seed: int = option(42, "seed of the MinHash permutations")
-    verify: bool = option(False, "keep only candidate pairs whose exact Jaccard reaches threshold (The Stack v1)")
+    # On by default, unlike StarCoder2: unverified LSH chains files with no true neighbour into a cluster and
+    # removes them (on held-out real code, 49 of 1,853 near-copy groups lost every member). --no-verify is the
+    # published recipe.
+    verify: bool = option(
+        True, "candidate pairs join a cluster only if their exact Jaccard reaches threshold (--no-verify: SC2)"
+    )
     rows_per_partition: int = option(500_000, "documents per graph partition: bounds each task's memory")
     batch_rows: int = option(2048, "rows per in-memory batch")
     clusters: str | None = option(None, "dedup_clusters output to apply (default: computed by this run)")
@@ -537,7 +545,7 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
     out = StageDir(ctx.out, CLUSTERS_STAGE)
     plan = _Plan(cfg, shards, out, partitions)
     settings = {k: v for k, v in to_dict(cfg).items() if k not in ("batch_rows", "clusters")}
-    fingerprint = plan_fingerprint(CLUSTERS_STAGE, settings, list(shards))
+    fingerprint = plan_fingerprint(CLUSTERS_STAGE, settings, list(shards), out=ctx.out)
     result = replace(cfg, clusters=out.uri)
     if not ctx.overwrite and out.is_complete() and out.fingerprint() == fingerprint:
         return result

@@ -137,12 +137,12 @@ def group(cfg: FormatConfig, ctx: TaskContext) -> FormatConfig:
     if bad := next((s for s in shards if s.kind == "unreadable"), None):
         raise StackcurateError(f"format cannot read {bad.path}: {bad.detail}")
     out = StageDir(ctx.out, GROUPS_STAGE)
-    fingerprint = plan_fingerprint(GROUPS_STAGE, {"batch_rows": cfg.batch_rows}, list(shards))
+    fingerprint = plan_fingerprint(GROUPS_STAGE, {"batch_rows": cfg.batch_rows}, list(shards), out=ctx.out)
     result = replace(cfg, groups=out.uri)
     if not ctx.overwrite:
         formatted = StageDir(ctx.out, "format")  # a finished format of this input needs no groups any more
         if formatted.is_complete() and formatted.fingerprint() == plan_fingerprint(
-            "format", to_dict(result), list(shards)
+            "format", to_dict(result), list(shards), out=ctx.out
         ):
             return result
         if out.is_complete() and out.fingerprint() == fingerprint:

@@ -1,0 +1,147 @@
+"""A run off the happy path: an empty stage output, a run folder moved elsewhere, a full disk."""
+
+import hashlib
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from stackcurate.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI = ROOT / "tests" / "fixtures" / "mini"
+
+
+def _data_files(out: Path) -> dict[str, bytes]:
+    """Every committed data file of a run (stats hold run ids and timings, so they differ between runs)."""
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*.parquet"))
+        if "stats" not in p.parts and ".tmp-" not in p.name
+    }
+
+
+def test_a_stage_that_keeps_nothing_is_an_empty_input_for_the_next(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("print('hello')\n")
+    (repo / "b.c").write_text("int main(void) { return 0; }\n")
+    (tmp_path / "cobol.txt").write_text("COBOL\n")  # no file of the repository is kept by `language`
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(
+        "out: out\nstages:\n  ingest: {repos: [repo]}\n  language: {languages: cobol.txt}\n"
+        f"  filter: {{rules: {ROOT / 'filters/starcoder2_v1.yaml'}}}\n  dedup: {{}}\n  pii: {{model: none}}\n"
+        "  format: {}\n"
+    )
+    assert main(["run", str(pipeline), "--runner", "local", "--no-progress"]) == 0
+    results = _results(capsys.readouterr().out)
+    assert results["language"].startswith("2 in, 0 kept, 2 removed, 0 errors; 1 shards (1 run now)")
+    for stage in ("filter", "dedup", "pii", "format"):
+        assert results[stage].startswith("0 in, 0 kept, 0 removed, 0 errors"), stage
+        assert (tmp_path / "out" / stage / "_SUCCESS").exists()
+    # The empty outputs still carry their schema, so a query over them works.
+    assert "pii_spans" in pq.read_schema(tmp_path / "out" / "pii" / "00000.parquet").names
+
+
+def _results(stdout: str) -> dict[str, str]:
+    """The summary line of each stage a run printed (`language: 9 in, 7 kept, ...`), by stage."""
+    return {m[1]: m[2] for m in re.finditer(r"^(\w+): ([\d,]+ in, .*)$", stdout, re.MULTILINE)}
+
+
+def _mini_run(base: Path) -> list[str]:
+    """The golden pipeline, with its inputs, laid out under `base` (relative paths inside the YAML)."""
+    shutil.copytree(MINI, base / "mini")
+    for name in ("filters/languages/starcoder2_smol_v1.txt", "filters/starcoder2_v1.yaml"):
+        (base / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / name, base / name)
+    text = (base / "mini" / "pipeline.yaml").read_text().replace("../../../", "../")
+    (base / "mini" / "pipeline.yaml").write_text(text.replace("out: ../work/golden", "out: ../out"))
+    return ["run", str(base / "mini" / "pipeline.yaml"), "--runner", "local", "--no-progress"]
+
+
+def test_a_run_folder_moved_with_its_inputs_resumes(tmp_path, capsys):
+    assert main(_mini_run(tmp_path / "a")) == 0
+    first = _data_files(tmp_path / "a" / "out")
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    # An interrupted stage: language lost its last shard's marker and files.
+    language = tmp_path / "b" / "out" / "language"
+    last = sorted((language / "_shards").glob("*.json"))[-1]
+    last.unlink()
+    (language / f"{last.stem}.parquet").unlink()
+    (language / "_SUCCESS").unlink()
+    capsys.readouterr()
+    argv = ["run", str(tmp_path / "b" / "mini" / "pipeline.yaml"), "--runner", "local", "--no-progress"]
+    assert main(argv) == 0
+    results = _results(capsys.readouterr().out)
+    assert "(1 run now)" in results["language"]
+    for stage in ("ingest", "license", "filter", "decontaminate"):
+        assert "(0 run now)" in results[stage], stage
+    assert _data_files(tmp_path / "b" / "out") == first
+
+
+def test_a_run_folder_copied_without_its_inputs_resumes(tmp_path, capsys):
+    argv = _mini_run(tmp_path)
+    assert main(argv) == 0
+    shutil.copytree(tmp_path / "out", tmp_path / "copy")
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path / "copy")]) == 0
+    results = _results(capsys.readouterr().out)
+    assert len(results) == 5 and all("(0 run now)" in line for line in results.values()), results
+
+
+def test_a_changed_rules_table_is_a_different_config(tmp_path, capsys):
+    argv = _mini_run(tmp_path)
+    assert main(argv) == 0
+    rules = tmp_path / "filters" / "starcoder2_v1.yaml"
+    rules.write_text(rules.read_text() + "\n# edited\n")
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "holds output of a different input or config" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or shutil.which("unshare") is None, reason="needs Linux mount namespaces (unshare)"
+)
+@pytest.mark.parametrize("runner", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_a_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path, runner):
+    """A real full disk: the output folder is a 256 KiB tmpfs, mounted in a private mount namespace."""
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot create a mount namespace here: {probe.stderr.decode().strip()}")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for i in range(20):  # 1.5 MB of hex digests, ~700 KB compressed: more than the disk holds
+        lines = (f"k{j} = '{hashlib.sha256(f'{i}.{j}'.encode()).hexdigest()}'\n" for j in range(1000))
+        (repo / f"m{i}.py").write_text("".join(lines))
+    out = tmp_path / "out"
+    out.mkdir()
+    command = (
+        f"mount -t tmpfs -o size=256k tmpfs {out} && "
+        f"{sys.executable} -m stackcurate.entry ingest --repos {repo} --out {out}/run --runner {runner} "
+        f"--workers 1 --no-progress; echo exit=$?; ls -aR {out}/run/ingest"
+    )
+    done = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True, text=True, timeout=600)
+    errors = done.stderr.strip().splitlines()
+    assert "exit=2" in done.stdout, done.stdout + done.stderr
+    assert errors[-1].startswith("stackcurate: error: ingest: no space left on the device holding "), errors
+    assert f"{out}/run/ingest" in errors[-1] and "rerun the same command to resume" in errors[-1]
+    assert not any("Traceback" in line for line in errors)
+    listing = done.stdout.split()
+    assert "_SUCCESS" not in listing and not any(".tmp-" in name for name in listing), listing
+
+
+def test_settings_of_how_to_run_may_change_between_a_run_and_its_resume(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("print('hello')\n")
+    argv = ["ingest", "--repos", str(repo), "--out", str(tmp_path / "out"), "--runner", "local", "--no-progress"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, "--fetch-threads", "4", "--fetch-retries", "1", "--tmp-dir", str(tmp_path)]) == 0
+    assert "(0 run now)" in _results(capsys.readouterr().out)["ingest"]
+    assert main([*argv, "--max-bytes", "10"]) == 2  # this one changes what is kept
+    assert "holds output of a different input or config" in capsys.readouterr().err
