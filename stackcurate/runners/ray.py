@@ -62,6 +62,8 @@ def init(address: str | None = None, num_cpus: int | None = None) -> None:
         ) from None
     if ray.is_initialized():
         return
+    from ray.exceptions import RayError
+
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address and address not in ("auto", "local"):
         _probe(address)
@@ -76,7 +78,7 @@ def init(address: str | None = None, num_cpus: int | None = None) -> None:
             logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
             # "local" always starts a private Ray: a bare ray.init() would join any cluster this machine ran.
             ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), **kwargs)
-    except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
+    except (ConnectionError, RuntimeError, ValueError, RayError) as exc:
         if _is_auth_failure(exc):
             raise StackcurateError(_token_line(address or "local")) from None
         where = f"the Ray cluster at {address}" if address else "an embedded Ray"
@@ -112,7 +114,7 @@ def _probe_gcs(target: str, address: str) -> None:
 
     try:
         # Ray's own client for the GCS: private, so any surprise in it leaves the diagnosis to ray.init.
-        from ray._raylet import GcsClient
+        from ray._raylet import GcsClient  # pyright: ignore[reportAttributeAccessIssue]
     except ImportError:
         return
     try:
