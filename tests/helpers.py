@@ -120,3 +120,23 @@ def write_records(folder: Path, tables: list[pa.Table]) -> Path:
     for i, table in enumerate(tables):
         pq.write_table(table, folder / f"{i:05d}.parquet")
     return folder
+
+
+def sharded_records(folder: Path, files: list[tuple[str, str]], shards: int) -> Path:
+    """`shards` input files of the same `(path, content)` files, one repository each, with distinct doc ids."""
+    tables = [make_table(files, repo_name=f"acme/r{i}") for i in range(shards)]
+    tables = [
+        t.set_column(0, "doc_id", pa.array([i * 100 + j for j in range(t.num_rows)], pa.int64()))
+        for i, t in enumerate(tables)
+    ]
+    return write_records(folder, tables)
+
+
+def data_files(folder: Path) -> dict[str, bytes]:
+    """Every committed Parquet file under a folder, by relative path (not stats: they hold run ids and timings,
+    nor temporary files)."""
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*.parquet"))
+        if "stats" not in p.relative_to(folder).parts and ".tmp-" not in p.name
+    }

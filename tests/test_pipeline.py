@@ -9,20 +9,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from helpers import data_files
 
 from stackcurate.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "tests" / "fixtures" / "mini"
-
-
-def _data_files(out: Path) -> dict[str, bytes]:
-    """Every committed data file of a run (stats hold run ids and timings, so they differ between runs)."""
-    return {
-        p.relative_to(out).as_posix(): p.read_bytes()
-        for p in sorted(out.rglob("*.parquet"))
-        if "stats" not in p.parts and ".tmp-" not in p.name
-    }
 
 
 def test_a_stage_that_keeps_nothing_is_an_empty_input_for_the_next(tmp_path, capsys):
@@ -65,7 +57,7 @@ def _mini_run(base: Path) -> list[str]:
 
 def test_a_run_folder_moved_with_its_inputs_resumes(tmp_path, capsys):
     assert main(_mini_run(tmp_path / "a")) == 0
-    first = _data_files(tmp_path / "a" / "out")
+    first = data_files(tmp_path / "a" / "out")
     shutil.move(tmp_path / "a", tmp_path / "b")
     # An interrupted stage: language lost its last shard's marker and files.
     language = tmp_path / "b" / "out" / "language"
@@ -80,7 +72,7 @@ def test_a_run_folder_moved_with_its_inputs_resumes(tmp_path, capsys):
     assert "(1 run now)" in results["language"]
     for stage in ("ingest", "license", "filter", "decontaminate"):
         assert "(0 run now)" in results[stage], stage
-    assert _data_files(tmp_path / "b" / "out") == first
+    assert data_files(tmp_path / "b" / "out") == first
 
 
 def test_a_run_folder_copied_without_its_inputs_resumes(tmp_path, capsys):

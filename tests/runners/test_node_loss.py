@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import make_table, write_records
+from helpers import data_files, sharded_records
 
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
@@ -40,23 +40,8 @@ SHARDS = 4
 LANGUAGES = "filters/languages/starcoder2_smol_v1.txt"
 
 
-def _input(tmp_path: Path) -> None:
-    """Four input files, one shard each, with distinct doc ids."""
-    tables = [make_table(FILES, repo_name=f"acme/r{i}") for i in range(SHARDS)]
-    tables = [
-        t.set_column(0, "doc_id", pa.array([i * 100 + j for j in range(t.num_rows)], pa.int64()))
-        for i, t in enumerate(tables)
-    ]
-    write_records(tmp_path / "in", tables)
-
-
-def _files(stage_dir: Path) -> dict[str, bytes]:
-    """Every committed data file of a stage folder (not stats: they hold run ids and timings)."""
-    return {
-        p.relative_to(stage_dir).as_posix(): p.read_bytes()
-        for p in sorted(stage_dir.rglob("*.parquet"))
-        if "stats" not in p.parts
-    }
+def _input(tmp_path: Path, shards: int = SHARDS) -> Path:
+    return sharded_records(tmp_path / "in", FILES, shards)
 
 
 def _hold(folder: str, name: str) -> None:
@@ -183,16 +168,16 @@ def test_a_lost_node_s_shards_finish_on_the_node_left(tmp_path, cluster, caplog)
         clean.docs_out,
         clean.docs_removed,
     )
-    assert _files(stage_dir) == _files(tmp_path / "clean/language")
+    assert data_files(stage_dir) == data_files(tmp_path / "clean/language")
     assert (stage_dir / "_SUCCESS").exists()
     assert not [p for p in stage_dir.rglob("*") if ".tmp-" in p.name]  # the lost attempt left nothing
 
     again = _language(tmp_path, "lost", opts)  # the rerun: nothing left to do, the same files
     assert again.shards_run == 0
-    assert _files(stage_dir) == _files(tmp_path / "clean/language")
+    assert data_files(stage_dir) == data_files(tmp_path / "clean/language")
     redone = _language(tmp_path, "lost", dataclasses.replace(opts, overwrite=True))  # all of it, on one node
     assert redone.shards_run == SHARDS
-    assert _files(stage_dir) == _files(tmp_path / "clean/language")
+    assert data_files(stage_dir) == data_files(tmp_path / "clean/language")
 
 
 def test_a_run_that_loses_every_node_stops_in_one_line_and_resumes(tmp_path, cluster, monkeypatch):
@@ -224,7 +209,7 @@ def test_a_run_that_loses_every_node_stops_in_one_line_and_resumes(tmp_path, clu
     again = _language(tmp_path, "lost", opts)
     assert (again.shards, again.shards_run) == (SHARDS, SHARDS - 1)
     assert (again.docs_in, again.docs_out) == (clean.docs_in, clean.docs_out)
-    assert _files(stage_dir) == _files(tmp_path / "clean/language")
+    assert data_files(stage_dir) == data_files(tmp_path / "clean/language")
     assert not [p for p in stage_dir.rglob("*") if ".tmp-" in p.name]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import free_port, make_table, write_records
+from helpers import data_files, free_port, sharded_records
 
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
@@ -24,21 +24,8 @@ LANGUAGES = str(Path("filters/languages/starcoder2_smol_v1.txt").resolve())
 FILES = [("/src/app.py", "import os\nprint(os.getcwd())\n"), ("/README.md", "# Widgets\n")]
 
 
-def _input(tmp_path: Path, shards: int = 2) -> None:
-    tables = [make_table(FILES, repo_name=f"acme/r{i}") for i in range(shards)]
-    tables = [
-        t.set_column(0, "doc_id", pa.array([i * 100 + j for j in range(t.num_rows)], pa.int64()))
-        for i, t in enumerate(tables)
-    ]
-    write_records(tmp_path / "in", tables)
-
-
-def _files(stage_dir: Path) -> dict[str, bytes]:
-    return {
-        p.relative_to(stage_dir).as_posix(): p.read_bytes()
-        for p in sorted(stage_dir.rglob("*.parquet"))
-        if "stats" not in p.parts
-    }
+def _input(tmp_path: Path, shards: int = 2) -> Path:
+    return sharded_records(tmp_path / "in", FILES, shards)
 
 
 def _cli(tmp_path: Path, address: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
@@ -125,7 +112,7 @@ def test_a_cluster_that_wants_a_token_says_so_and_joins_with_it(tmp_path):
     local = tmp_path / "local"
     config = build_config(spec.config_cls, {"languages": LANGUAGES})
     run_stage(spec, config, str(local), RunOptions(runner="local", progress=False), input_uri=str(tmp_path / "in"))
-    assert _files(tmp_path / "out/language") == _files(local / "language")
+    assert data_files(tmp_path / "out/language") == data_files(local / "language")
 
 
 class _Raises:

@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
-from helpers import free_port, make_table, read_all, write_records
+from helpers import data_files, free_port, read_all, sharded_records
 
 from stackcurate.core.config import build_config
 from stackcurate.pipeline import RunOptions, run_stage
@@ -26,21 +25,7 @@ FILES = [
 
 
 def _input(tmp_path: Path, shards: int = 3) -> Path:
-    tables = [make_table(FILES, repo_name=f"acme/r{i}") for i in range(shards)]
-    tables = [
-        t.set_column(0, "doc_id", pa.array([i * 100 + j for j in range(t.num_rows)], pa.int64()))
-        for i, t in enumerate(tables)
-    ]
-    return write_records(tmp_path / "in", tables)
-
-
-def _files(stage_dir: Path) -> dict[str, bytes]:
-    """Every committed data file of a stage folder (not stats: they hold run ids and timings)."""
-    return {
-        p.relative_to(stage_dir).as_posix(): p.read_bytes()
-        for p in sorted(stage_dir.rglob("*.parquet"))
-        if "stats" not in p.parts
-    }
+    return sharded_records(tmp_path / "in", FILES, shards)
 
 
 def _language(tmp_path: Path, out: str, opts: RunOptions, **cfg) -> object:
@@ -50,7 +35,7 @@ def _language(tmp_path: Path, out: str, opts: RunOptions, **cfg) -> object:
 
 
 @pytest.mark.ray
-def test_local_and_ray_runners_write_identical_files(tmp_path, ray_local):
+def test_local_and_ray_runners_write_identicaldata_files(tmp_path, ray_local):
     _input(tmp_path)
     local = _language(tmp_path, "local", RunOptions(runner="local", progress=False))
     on_ray = _language(tmp_path, "ray", RunOptions(runner="ray", progress=False))
@@ -60,7 +45,7 @@ def test_local_and_ray_runners_write_identical_files(tmp_path, ray_local):
         on_ray.docs_removed,
     )
     assert local.docs_out > 0 and local.docs_removed > 0
-    assert _files(tmp_path / "local/language") == _files(tmp_path / "ray/language")
+    assert data_files(tmp_path / "local/language") == data_files(tmp_path / "ray/language")
 
 
 @pytest.mark.ray
@@ -68,7 +53,7 @@ def test_output_does_not_depend_on_worker_count(tmp_path, ray_local):
     _input(tmp_path, shards=4)
     _language(tmp_path, "one", RunOptions(runner="ray", workers=1, progress=False))
     _language(tmp_path, "two", RunOptions(runner="ray", workers=2, progress=False))
-    assert _files(tmp_path / "one/language") == _files(tmp_path / "two/language")
+    assert data_files(tmp_path / "one/language") == data_files(tmp_path / "two/language")
 
 
 class _Crash(BaseException):  # like KeyboardInterrupt or a killed worker: not bad input
@@ -130,7 +115,7 @@ def test_a_dead_ray_worker_is_replaced_and_its_shard_redone(tmp_path, ray_local,
     )  # fmt: skip
     assert os.path.exists(flag)  # a worker did die
     assert (crashed.docs_in, crashed.docs_out) == (clean.docs_in, clean.docs_out)
-    assert _files(tmp_path / "crashed/language") == _files(tmp_path / "clean/language")
+    assert data_files(tmp_path / "crashed/language") == data_files(tmp_path / "clean/language")
     assert not list((tmp_path / "crashed/language").rglob("*.tmp-*"))  # the dead attempt left no files
 
 
@@ -153,7 +138,7 @@ def test_interrupted_stage_reruns_to_the_same_result(tmp_path):
     assert again.shards_run == 2  # shards 0 and 1 were kept from the first run
     assert (stage_dir / "_SUCCESS").exists()
     assert not [p for p in stage_dir.rglob("*") if ".tmp-" in p.name]
-    assert _files(stage_dir) == _files(tmp_path / "clean/language")
+    assert data_files(stage_dir) == data_files(tmp_path / "clean/language")
     assert (again.docs_in, again.docs_out) == (clean.docs_in, clean.docs_out)
     kept = read_all(stage_dir).column("doc_id").to_pylist()
     assert len(kept) == len(set(kept))  # no duplicates
@@ -220,4 +205,4 @@ def test_ray_address_runs_on_an_existing_cluster(tmp_path):
         os.killpg(head.pid, signal.SIGKILL)
         head.wait(timeout=30)
     _language(tmp_path, "local", RunOptions(runner="local", progress=False))
-    assert _files(out / "language") == _files(tmp_path / "local/language")
+    assert data_files(out / "language") == data_files(tmp_path / "local/language")
