@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from stackcurate.stages.pii import Detector, PiiConfig, default_model, is_config
+from stackcurate.stages.pii import Detector, PiiConfig, default_model_folder, is_config
 from stackcurate.stages.pii.entities import ENTITIES
 
 DETECTORS = {  # name -> PiiConfig settings (the model folder is added)
@@ -111,13 +111,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="Parquet written by pii_model.generate (default: generate the eval split)")
     parser.add_argument("--examples", type=int, default=EVAL_EXAMPLES, help="examples to generate without --data")
     parser.add_argument("--seed", type=int, default=EVAL_SEED, help="generator seed without --data")
-    parser.add_argument("--model", default="auto", help="model folder (default: the cached default model)")
+    parser.add_argument("--model", default="auto", help="model folder (default: the model shipped with stackcurate)")
     parser.add_argument("--detectors", nargs="+", choices=list(DETECTORS), help="default: all")
     parser.add_argument("--json", help="also write the table as JSON here")
 
 
 def run(args: argparse.Namespace) -> None:
-    model = str(default_model()) if args.model == "auto" else args.model  # the JSON names the real folder
+    model = str(default_model_folder()) if args.model == "auto" else args.model  # the JSON names the real folder
     rows = eval_rows(args.data, args.examples, args.seed)
     table = compare(rows, model, args.detectors)
     print(markdown(table))

@@ -113,9 +113,17 @@ def build_parser() -> argparse.ArgumentParser:
     t = model_sub.add_parser(
         "train", help="generate training data and train the model", description=train.__doc__, formatter_class=raw
     )
-    t.add_argument("--out", help="model folder to write (default: the cached model that `pii: model: auto` uses)")
+    t.add_argument("--out", required=True, help="model folder to write (use it with `pii --model DIR`)")
     add_flags(t, train.TrainConfig)
     t.set_defaults(handler=_cmd_pii_model_train)
+    x = model_sub.add_parser(
+        "export",
+        help="make a trained model folder the one shipped with stackcurate (`pii: model: auto`)",
+        description="Write what training changed in MODEL (trained with frozen embeddings, the default) to "
+        "stackcurate/stages/pii/weights/, with its checksums: the model every install then uses.",
+    )
+    x.add_argument("model", help="a model folder written by `stackcurate pii-model train`")
+    x.set_defaults(handler=_cmd_pii_model_export)
     e = model_sub.add_parser(
         "eval", help="per-type precision and recall on the held-out set", description=evaluate.__doc__,
         formatter_class=raw,
@@ -245,9 +253,14 @@ def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
 
 def _cmd_pii_model_train(args: argparse.Namespace) -> None:
     from pii_model import train
-    from stackcurate.stages.pii import default_model
 
-    print(train.train(train.config_from(args), args.out or default_model()))
+    print(train.train(train.config_from(args), args.out))
+
+
+def _cmd_pii_model_export(args: argparse.Namespace) -> None:
+    from stackcurate.stages.pii import shipped
+
+    print(shipped.export(Path(args.model)))
 
 
 def _cmd_pii_model_eval(args: argparse.Namespace) -> None:
