@@ -38,14 +38,15 @@ def measure(name: str, batches: list[pa.RecordBatch], size: int, args: argparse.
     settings = {"model": args.model, "device": args.device, **DETECTORS[name]}
     stage = PiiStage(PiiConfig(batch_rows=args.batch_rows, **settings))
     stage(pa.Table.from_batches(batches[:1]))  # warm-up: tldextract, the gibberish model, the encoder
-    redacted, spared, by_detector = Counter(), Counter(), Counter()
+    redacted, detected_only, spared, by_detector = Counter(), Counter(), Counter(), Counter()
     seconds = 0.0
     for batch in batches:
         started = time.perf_counter()
         out = stage(pa.Table.from_batches([batch]))
         seconds += time.perf_counter() - started
         for (metric, _, reason), value in (out.stats or {}).items():
-            (redacted if metric == "spans_redacted" else spared)[reason] += int(value)
+            counts = {"spans_redacted": redacted, "spans_detected_only": detected_only}.get(metric, spared)
+            counts[reason] += int(value)
         texts = batch.column("content").to_pylist()
         for text, spans in zip(texts, out.kept.column("pii_spans").to_pylist(), strict=True):
             by_detector.update(f"{s['detector']} {s['entity']}" for s in spans)
@@ -56,6 +57,7 @@ def measure(name: str, batches: list[pa.RecordBatch], size: int, args: argparse.
         "seconds": round(seconds, 1),
         "mb_per_s_one_core": round(size / 1e6 / seconds, 3),
         "spans_redacted": dict(redacted.most_common()),
+        "spans_detected_only": dict(detected_only.most_common()),
         "spans_spared": dict(spared.most_common()),
         "spans_by_detector": dict(by_detector.most_common()),
     }

@@ -4,27 +4,35 @@ Detection is a presidio `AnalyzerEngine` with no spaCy model (`NoOpNlpEngine`: n
 the recognizers of `recognizers.py`: emails, IPv4/IPv6 (ports excluded, version numbers not taken), keys
 and tokens (cloud, VCS, chat and payment tokens, JWTs, private-key blocks, random-looking values assigned to
 key-like names), passwords (assignments, connection strings, and unquoted values in config files); and the
-encoder model of `model.py` (trained by `stackcurate pii-model train`, or on first use) for names,
+encoder model of `model.py` (shipped with the package, `shipped.py`; made by `stackcurate pii-model train`) for names,
 usernames, keys and passwords, on the lines with a person or secret context. The patterns also read each
 text's lines with escapes unescaped (`escapes.py`), so they see the code inside JSON strings (a raw
 notebook), string literals and `\\"` quotes. Then `rules.py` spares what StarCoder did not redact (short
 spans, private IPs and DNS servers, example and license emails, keys that read like words, one-word names,
-placeholders), a value redacted in one text of a file is also redacted wherever else it occurs in the
-file's texts, and `redact.py` replaces the rest with `<EMAIL>`, `<KEY>`, `<PASSWORD>`, `<NAME>`,
-`<USERNAME>`, and IPs with a fixed private pool.
+placeholders, and usernames inside a forge URL), a value found in one text of a file is also found wherever
+else it occurs in the file's texts, and `redact.py` replaces the spans of the types in `redact` with
+`<EMAIL>`, `<KEY>`, `<PASSWORD>`, `<NAME>`, `<USERNAME>`, and IPs with a fixed private pool.
+
+Detected versus redacted: `entities` (default all six) are detected and recorded in `pii_spans`; of those,
+the types in `redact` are replaced in the text. The default `redact` is what StarCoder and StarCoder2
+published: every type but USERNAME (BD `pii_redaction/utils.py` does not redact usernames), so a handle is
+recorded, and can be queried, but stays in the text unless `redact` lists USERNAME. Even then a forge URL
+(`github.com/<owner>/<repo>`, `<owner>.github.io`, `git@gitlab.com:owner/repo.git`) is never rewritten.
 
 Input columns: every column of `schema.TEXT_COLUMNS` present (`content`, and filter's `notebook_script` and
 `notebook_cells`: every string in them), `path`, `extension`, `language` (config files get the
 unquoted-value rules on `content`).
-Output columns: the text columns redacted, types unchanged; `pii_spans`, one struct per redacted span:
-`column` (which text: `content`, `notebook_script`, `notebook_cells[2].source`), `entity`, `start` and `end`
-(character offsets into that original text), `detector` (`pattern:<rule>`, `model:<name>`, or `same_value`
-for another occurrence of a redacted value), `score`, `replacement`. The secret itself is never stored,
-logged or counted. No row is removed. Stats: `spans_redacted` and `spans_spared` counts per language and
-entity / sparing rule, over every text column.
+Output columns: the text columns with the `redact` types replaced, types unchanged; `pii_spans`, one struct
+per detected span: `column` (which text: `content`, `notebook_script`, `notebook_cells[2].source`),
+`entity`, `start` and `end` (character offsets into that original text), `detector` (`pattern:<rule>`,
+`model:<name>`, or `same_value` for another occurrence of a found value), `score`, and `replacement` (the
+text that replaced the span, or null for a detected-only type: the span is still in the text). The value
+itself is never stored, logged or counted. No row is removed. Stats, per language and entity / sparing rule,
+over every text column: `spans_redacted`, `spans_detected_only` (recorded, not replaced) and `spans_spared`.
 
 Example:
     stackcurate pii --out work/run --entities EMAIL KEY PASSWORD IP_ADDRESS    # --model none: patterns only
+    stackcurate pii --out work/run --redact EMAIL IP_ADDRESS KEY PASSWORD NAME USERNAME    # handles too
 """
 
 import dataclasses
@@ -43,14 +51,14 @@ from stackcurate.core.schema import TEXT_COLUMNS, put_column
 from stackcurate.core.stage import Shard, StageOutput, TaskContext, read_records, records_schema
 from stackcurate.stages.ingest.content import extension_of
 from stackcurate.stages.pii import escapes, redact, rules
-from stackcurate.stages.pii.entities import DETECTOR, ENTITIES
+from stackcurate.stages.pii.entities import DETECTOR, EMAIL, ENTITIES, IP_ADDRESS, KEY, NAME, PASSWORD
 from stackcurate.stages.pii.model import MODEL_ENTITIES, EncoderModel, cache_dir
+from stackcurate.stages.pii.shipped import DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from presidio_analyzer import AnalyzerEngine
 
 log = logging.getLogger("stackcurate.pii")
-DEFAULT_MODEL = "minilm-l3"  # the folder under the cache that `model: auto` uses
 
 SPAN_TYPE = pa.struct(
     [
@@ -71,16 +79,26 @@ CONFIG_EXTENSIONS = frozenset(
 )
 CONFIG_LANGUAGES = frozenset({"INI", "YAML", "TOML", "Java Properties", "Dotenv", "Git Config", "Nginx"})
 
+# What StarCoder and StarCoder2 replaced (BD `pii/ner/pii_redaction/utils.py`: USERNAME and AMBIGUOUS are not
+# redacted): a handle in code is mostly public project metadata (a commit author, an issue's reporter).
+PUBLISHED_REDACT = (EMAIL, IP_ADDRESS, KEY, PASSWORD, NAME)
 
-MODEL_CHOICES = "'auto' (the cached default model, trained on first use), 'none' (patterns only), or a model folder"
+MODEL_CHOICES = "'auto' (the model shipped with stackcurate), 'none' (patterns only), or a model folder"
 LINE_CHOICES = ("gated", "all")
 
 
 @dataclass(frozen=True, kw_only=True)
 class PiiConfig:
-    """Which PII types to redact, and with which detectors."""
+    """Which PII types to detect, which of those to redact, and with which detectors.
 
-    entities: tuple[str, ...] = option(ENTITIES, f"types to redact, from {', '.join(ENTITIES)}")
+    `entities` are detected and recorded in `pii_spans`; those also in `redact` are replaced in the text, the
+    others are recorded with a null `replacement` and stay in the text. A type in `redact` but not in
+    `entities` is never detected, so nothing replaces it."""
+
+    entities: tuple[str, ...] = option(ENTITIES, f"types detected and recorded, from {', '.join(ENTITIES)}")
+    redact: tuple[str, ...] = option(
+        PUBLISHED_REDACT, "types replaced in the text, of those detected (default StarCoder's: all but USERNAME)"
+    )
     score_threshold: float = option(0.5, "lowest detector score redacted")
     patterns: bool = option(True, "run the pattern recognizers")
     model: str = option("auto", f"the encoder model: {MODEL_CHOICES}", path=True, keywords=("auto", "none"))
@@ -93,7 +111,7 @@ class PiiConfig:
     batch_rows: int = option(256, "rows per in-memory batch")
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.entities + self.model_entities) - set(ENTITIES))
+        unknown = sorted(set(self.entities + self.redact + self.model_entities) - set(ENTITIES))
         if unknown:
             raise StackcurateError(f"pii: unknown entity {unknown[0]!r}; choose from {', '.join(ENTITIES)}")
         if not 0.0 <= self.score_threshold <= 1.0:
@@ -106,6 +124,11 @@ class PiiConfig:
             raise StackcurateError(f"pii: num_gpus must be >= 0, got {self.num_gpus}")
 
     @property
+    def redacted(self) -> frozenset[str]:
+        """The types replaced in the text: detected and listed in `redact`."""
+        return frozenset(self.entities) & frozenset(self.redact)
+
+    @property
     def uses_model(self) -> bool:
         return self.model != "none" and bool(set(self.model_entities) & set(self.entities))
 
@@ -115,22 +138,23 @@ def default_model() -> Path:
     return cache_dir() / DEFAULT_MODEL
 
 
-def resolve_model(cfg: PiiConfig, *, progress: bool = True) -> PiiConfig:
-    """`cfg` naming a model folder that exists: `auto` becomes the cached default model, trained now (with
-    a message saying so) if it is missing."""
+def default_model_folder() -> Path:
+    """The default model's folder, assembled from the weights shipped with the package if this machine does not
+    hold it yet (seconds, once; no training: every machine redacts the same way)."""
+    from stackcurate.stages.pii import shipped
+
+    folder = default_model()
+    if not shipped.is_current(folder):
+        log.info("assembling the shipped PII model %s in %s", DEFAULT_MODEL, folder)
+        shipped.materialize(folder)
+    return folder
+
+
+def resolve_model(cfg: PiiConfig) -> PiiConfig:
+    """`cfg` naming a model folder that exists: `auto` becomes the shipped default model's folder."""
     if not cfg.uses_model or cfg.model != "auto":
         return cfg
-    folder = default_model()
-    if not (folder / "config.json").is_file():
-        from pii_model.train import DEFAULT, train
-
-        log.warning(
-            "no PII model at %s; training the default one now (a few minutes on CPU, once; "
-            "`stackcurate pii-model train` does this ahead of time)",
-            folder,
-        )
-        train(DEFAULT, folder, progress=progress)
-    return dataclasses.replace(cfg, model=str(folder))
+    return dataclasses.replace(cfg, model=str(default_model_folder()))
 
 
 def prepare(cfg: PiiConfig, ctx: TaskContext) -> PiiConfig:
@@ -181,9 +205,9 @@ class Detector:
     @property
     def model(self) -> EncoderModel | None:
         if self._model is None and self.cfg.uses_model:
-            folder = default_model() if self.cfg.model == "auto" else Path(self.cfg.model)
-            if self.cfg.model == "auto" and not (folder / "config.json").is_file():
-                raise StackcurateError("pii: the default PII model is missing; run `stackcurate pii-model train`")
+            # A worker on another node may not hold the default model yet: it assembles its own copy.
+            default = self.cfg.model == "auto" or Path(self.cfg.model) == default_model()
+            folder = default_model_folder() if default else Path(self.cfg.model)
             entities = tuple(e for e in self.cfg.model_entities if e in self.cfg.entities)
             self._model = EncoderModel(folder, entities=entities, lines=self.cfg.model_lines, device=self.cfg.device)
         return self._model
@@ -274,6 +298,7 @@ class PiiStage:
     def __init__(self, cfg: PiiConfig) -> None:
         self.cfg = cfg
         self.detector = Detector(cfg)
+        self.redacted = cfg.redacted
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         return read_records(shard, self.cfg.batch_rows)
@@ -313,15 +338,22 @@ class PiiStage:
             seen: dict[str, str] = {}  # one IP mapping per row, so a notebook's columns agree
             row_spans = []
             for (holder, key, where), text, spans in zip(row, row_texts, spans_by_text, strict=True):
-                with_ = redact.replacements(text, spans, seen)
-                if spans:
-                    holder[key] = redact.redact(text, spans, with_)
+                # Detected-only types (not in `redact`) stay in the text and get a null replacement; only the
+                # redacted spans take an IP from the pool, so the pool's order does not depend on the others.
+                replaced = [s for s in spans if s.entity in self.redacted]
+                with_ = redact.replacements(text, replaced, seen)
+                if replaced:
+                    holder[key] = redact.redact(text, replaced, with_)
+                by_offsets = {(s.start, s.end): r for s, r in zip(replaced, with_, strict=True)}  # spans are disjoint
                 row_spans += [
                     {"column": where, "entity": s.entity, "start": s.start, "end": s.end, "detector": s.detector,
-                     "score": s.score, "replacement": r}
-                    for s, r in zip(spans, with_, strict=True)
+                     "score": s.score, "replacement": by_offsets.get((s.start, s.end))}
+                    for s in spans
                 ]  # fmt: skip
-                stats.update(("spans_redacted", language, s.entity) for s in spans)
+                stats.update(
+                    ("spans_redacted" if s.entity in self.redacted else "spans_detected_only", language, s.entity)
+                    for s in spans
+                )
             stats.update(("spans_spared", language, reason) for _, spared in row_found for reason in spared)
             out_spans.append(row_spans)
         for name, values in columns.items():

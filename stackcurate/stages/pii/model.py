@@ -4,9 +4,11 @@ A 6-layer encoder over every 512-token window of a file runs at about 10 KB/s on
 for a corpus. Two levers make it affordable, and `pii_model.evaluate` measures what each costs:
 - a small model: `pii_model.train` keeps the first layers of MiniLM (3 of 6 by default);
 - only the lines that need it: a line goes to the model if it names a person's context (author, maintainer,
-  signed-off, thanks, contact, `@handle`, `by Name`, user/login, TODO owners, copyright) or a secret's
-  (password, token, key, secret, auth, credential) next to a value. Lines longer than `LONG_LINE` characters
-  are cut to the text around the trigger. `lines="all"` sends every line instead.
+  developer, signed-off, thanks, contact, `@handle` and emails, `by Name`, user/login, TODO owners, copyright,
+  `(c)`, `©`, SPDX-FileCopyrightText) or a secret's (password, token, key, secret, auth, credential) next to
+  a value. Lines longer than `LONG_LINE` characters are cut to the text around the trigger. `lines="all"`
+  sends every line instead. Names in copyright lines, manifests and AUTHORS lists are also the patterns' job
+  (`recognizers.NAME_PLACES`): the model, trained on the generator's headers, misses most of them.
 
 Each line (or cut) is one window: lines are where the training data puts PII, and short windows batch with
 little padding. A window longer than `max_tokens` is split with overlap (the tokenizer's overflow).
@@ -37,7 +39,7 @@ IGNORE = -100  # label of special tokens (ignored by the loss)
 NAME_JOINERS = "-'’"
 
 _PEOPLE = re.compile(
-    r"(?i:author|maintain|contribut|thank|signed-off|owner|contact|credit|written|created|copyright|\(c\)|"
+    r"(?i:author|maintain|contribut|develop|thank|signed-off|owner|contact|credit|written|created|copyright|\(c\)|©|"
     r"todo|fixme|github|gitlab|twitter|e-?mail|\bcc\b|reviewed|reported|assignee)"
     r"|(?i:user(?:_?name)?|login)[\"'\]]?\s*[:=]"  # `user=...`, `"username": ...`
     r"|@\w|\b[Bb]y:?\s+[^\W\d_a-z]"  # `@handle`, `by Name` (a capital or a non-Latin letter)

@@ -1,8 +1,12 @@
 """Replacement, as StarCoder did it: a tag per type, and IPs mapped into a fixed private pool of the same family.
 
+The stage replaces only the spans of the types in its `redact` setting (StarCoder's default leaves USERNAME
+in the text); the others are recorded with no replacement.
+
 The same address always gets the same replacement within a file and the texts derived from it (first seen,
 first in the pool; a sixth distinct address of a family wraps around), so code that compares addresses still
-reads sensibly. A value redacted once is redacted wherever else it occurs in the file's texts (`with_repeats`).
+reads sensibly. A value found once is found wherever else it occurs in the file's texts (`with_repeats`), and
+is redacted there if its type is.
 """
 
 import re
@@ -93,7 +97,7 @@ def _occurrences(text: str, value: str) -> list[int]:
 
 
 def with_repeats(texts: list[str], spans: list[list[Span]]) -> list[list[Span]]:
-    """Each text's spans plus a `same_value` span wherever a value redacted in any of `texts` occurs again
+    """Each text's spans plus a `same_value` span wherever a value found in any of `texts` occurs again
     (not usernames, nor values of letters alone), in text order and not overlapping. The texts are one file's:
     its content, a notebook's script and cells."""
     values: dict[str, Span] = {}

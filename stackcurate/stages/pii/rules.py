@@ -3,11 +3,21 @@
 - spans of 3 characters or fewer;
 - IP addresses that do not parse, private/reserved/loopback ones, and popular public DNS servers;
 - example emails (reserved example domains and placeholder mailboxes, the annotation scheme's
-  EMAIL_EXAMPLE) and emails in a license or copyright line (EMAIL_LICENSE);
-- keys that are not gibberish (gibberish-detector, as BigCode used it) or are 8 characters or fewer;
-- names of one word (NAME must be a full name);
-- usernames that are a repository's path segment (`github.com/owner/<repo>`) or a code identifier
-  (`x.<name>`, `<name>(`, `<name>.attr`): what the model takes for handles in code;
+  EMAIL_EXAMPLE), forges' no-reply addresses, `git@host` of git remotes, and emails in a license or copyright
+  line (EMAIL_LICENSE);
+- keys that are not gibberish (gibberish-detector, as BigCode used it) or are 8 characters or fewer; hex held by a
+  key-named variable, argument or header is a key without that test, as the English bigram model reads random
+  hex as words half the time;
+- keys that are base64 image data (a notebook's `"image/png": "iVBORw0KGgo..."`, which the model flags);
+- keys that say they are examples (AWS documents `AKIAIOSFODNN7EXAMPLE`, `wJalrXUtnFEMI/K7MDENG/...EXAMPLEKEY`);
+- keys in a hash context (detect-secrets' hash exception: sha, md5, hash, checksum, digest, integrity, etag,
+  commit or revision on the value's line, the variable's name included), unless a vendor prefix makes them keys;
+- names of one word (NAME must be a full name), and of organisations and projects (`Google LLC`,
+  `The Go Authors`: the word lists of `filters/pii/`);
+- usernames inside a forge URL (GitHub, GitLab, Bitbucket, Codeberg, sourcehut: the owner and repository of
+  `github.com/<owner>/<repo>`, `<owner>.github.io`, `raw.githubusercontent.com/<owner>/<repo>`,
+  `git@github.com:<owner>/<repo>.git`) or that are a code identifier (`x.<name>`, `<name>(`, `<name>.attr`):
+  what the model takes for handles in code;
 - placeholder passwords and keys: `${VAR}`, `{password}`, `<password>`, `****`, `your_password`, `changeme`.
 
 `keep(...)` returns, for each span, None (redact it) or the rule that spared it, so the tests and the
@@ -19,8 +29,10 @@ import ipaddress
 import re
 import string
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stackcurate.core.tables import read_name_list
 from stackcurate.stages.pii.entities import EMAIL, IP_ADDRESS, KEY, NAME, PASSWORD, USERNAME
 
 if TYPE_CHECKING:
@@ -44,6 +56,8 @@ _EXAMPLE_MAILBOX = re.compile(
     r"foo|bar|baz|test|tester|example|john\.?doe|jane\.?doe|first\.?last|firstname\.?lastname|"
     r"noreply|no-reply|do-?not-?reply|xxx+)$"
 )
+# Forges' no-reply domains (`12345+user@users.noreply.github.com`): commit metadata, not a way to reach anyone.
+_NOREPLY_DOMAIN = re.compile(r"(?i)(?:^|\.)no-?reply\.")
 _LICENSE_LINE = re.compile(r"(?i)copyright|\(c\)|©|licen[cs]e|all rights reserved|spdx")
 _PLACEHOLDER = re.compile(
     r"(?i)^(?:\$\{?[\w.:\-]*\}?|\{\{?[^}]*\}?\}|<[^>]*>|%\(?\w*\)?s|\*+|x+|\.+|-+|#+|"
@@ -106,8 +120,10 @@ def _line_of(text: str, start: int, end: int) -> str:
 
 def _email_rule(value: str, text: str, start: int, end: int) -> str | None:
     mailbox, _, domain = value.rpartition("@")
-    if _EXAMPLE_DOMAIN.search(domain) or _EXAMPLE_MAILBOX.match(mailbox):
+    if _EXAMPLE_DOMAIN.search(domain) or _EXAMPLE_MAILBOX.match(mailbox) or _NOREPLY_DOMAIN.search(domain):
         return "email_example"
+    if mailbox == "git":  # `git@github.com:owner/repo.git`: the SSH user of a git remote, nobody's mailbox
+        return "email_git_remote"
     if _LICENSE_LINE.search(_line_of(text, start, end)):
         return "email_license"
     return None
@@ -124,32 +140,117 @@ def spared_by(span: Span, text: str) -> str | None:
         return _email_rule(value, text, span.start, span.end)
     if span.entity in (KEY, PASSWORD) and _PLACEHOLDER.match(value.strip()):
         return "placeholder"
+    if span.entity == KEY and "EXAMPLE" in value.upper():  # AWS's documented `wJalrXUtnFEMI/K7MDENG/...EXAMPLEKEY`
+        return "key_example"
+    # The model takes a notebook's base64 images for keys: PNG, JPEG and GIF data start with their magic bytes.
+    if span.entity == KEY and value.startswith(("iVBORw0KGgo", "/9j/", "R0lGOD")):
+        return "key_image_data"
     if span.entity == KEY and span.detector != "pattern:private_key_block":
         if len(value) <= 8:
             return "key_too_short"
-        if not is_gibberish(value):
+        if span.detector not in _VENDOR_FORMAT and _hash_context(text, span.start, span.end):
+            return "key_hash"
+        # Hex is a-f and digits: the English bigram model reads half of all random hex as words, so a hex value
+        # that a key-named variable, argument or header holds is a key on that context alone.
+        if not (span.detector in _KEY_CONTEXT and _HEX.fullmatch(value)) and not is_gibberish(value):
             return "key_not_gibberish"
     if span.entity == NAME and len(value.split()) < 2:
         return "name_one_word"
+    if span.entity == NAME and is_organisation(value, text[span.end : span.end + 40]):
+        return "organisation"
     if span.entity == USERNAME:
         return _username_rule(text, span.start, span.end)
     return None
 
 
-# A repository, not its owner: the second path segment of a forge URL (`github.com/owner/<repo>`).
-_REPO_PATH = re.compile(r"(?i)(?:github\.com|gitlab\.com|bitbucket\.org)/[\w.-]+/$")
+# detect-secrets' hash exception, as BigCode applied it (a value with sha/md5/hash on its line), widened to the
+# other words that name a digest in code and manifests: `sha256 = "..."`, `commit_hash`, `"integrity": "sha512-..."`,
+# `ETag`, `revision`. `sha` and `md5` stand alone or with their digits (not `shared`, `shadow`).
+_HASH_WORDS = re.compile(
+    r"(?i)(?<![a-z])(?:sha(?:\d*|[_\-]\d+|sum)|md5(?:sum)?)(?![a-z])|hash|checksum|digest|integrity|etag|commit|revision"
+)
+_HEX = re.compile(r"[0-9a-fA-F]+")
+# Key spans found by their context (a key-named assignment or argument, a config line, an Authorization header).
+_KEY_CONTEXT = frozenset({"pattern:key_assignment", "pattern:config_key", "pattern:bearer"})
+# Vendor formats, whose prefix alone makes them keys (`ghp_...` next to `commit` is still a token).
+_VENDOR_FORMAT = frozenset(
+    {
+        "pattern:aws_access_key_id", "pattern:google_api_key", "pattern:github_token",
+        "pattern:github_fine_grained_token", "pattern:gitlab_token", "pattern:slack_token", "pattern:stripe_key",
+        "pattern:openai_key", "pattern:huggingface_token", "pattern:sendgrid_key", "pattern:twilio_key",
+        "pattern:npm_token", "pattern:pypi_token", "pattern:jwt", "pattern:slack_webhook",
+    }
+)  # fmt: skip
+
+
+def _hash_context(text: str, start: int, end: int) -> bool:
+    """A hash word on the value's line, outside the value itself (`sha512-` is the value's own prefix)."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    return bool(_HASH_WORDS.search(text, line_start, start) or _HASH_WORDS.search(text, end, line_end))
+
+
+# A forge URL, from its host (with any subdomain: `<owner>.github.io`, `raw.githubusercontent.com`,
+# `git.sr.ht`) to the end of its path, `https://` or `git@host:` alike. Its owner and repository segments are
+# public project metadata, not a person's secret: on real code most "usernames" were the owner segment of
+# links like `https://github.com/<owner>/fmt/pull/3024`, and rewriting them teaches the model broken links.
+_FORGE_URL = re.compile(
+    r"(?i)(?<![\w-])(?:[\w-]+\.)*(?:github\.com|githubusercontent\.com|github\.io|gitlab\.com|gitlab\.io|"
+    r"bitbucket\.org|bitbucket\.io|codeberg\.org|codeberg\.page|sr\.ht)\b(?:[:/][^\s\"'<>()\[\]{}`|\\,;]*)?"
+)
+_FORGE_HINTS = ("git", "bitbucket", "codeberg", "sr.ht")  # cheap test before the regex (lowercased line)
+
+
+def _in_forge_url(text: str, start: int, end: int) -> bool:
+    """Whether `text[start:end]` overlaps a forge URL on its line."""
+    lo = text.rfind("\n", 0, start) + 1
+    hi = text.find("\n", end)
+    line = text[lo : hi if hi >= 0 else len(text)]
+    if not any(hint in line.lower() for hint in _FORGE_HINTS):
+        return False
+    return any(m.start() < end - lo and start - lo < m.end() for m in _FORGE_URL.finditer(line))
 
 
 def _username_rule(text: str, start: int, end: int) -> str | None:
-    """Usernames the model takes from code: a repository path segment, or an identifier (`obj.attr`, `f(`)."""
-    if _REPO_PATH.search(text, max(0, start - 100), start):
-        return "username_repository"
-    if text.startswith((".github.io", ".gitlab.io"), end):  # a user's pages: `<user>.github.io`
-        return None
+    """Usernames the model takes from code and links: any part of a forge URL (its owner and repository
+    segments above all), or an identifier (`obj.attr`, `f(`)."""
+    if _in_forge_url(text, start, end):
+        return "username_forge_url"
     before, after = text[start - 1 : start], text[end : end + 2]
     if before == "." or after[:1] == "(" or (after[:1] == "." and after[1:2].isalpha()):
         return "username_identifier"
     return None
+
+
+_FILTERS = Path(__file__).resolve().parents[3] / "filters" / "pii"
+_NOT_WORD = re.compile(r"[.,;:()\[\]\"'`]")
+
+
+@functools.cache
+def _organisation_tables() -> tuple[frozenset[str], frozenset[str]]:
+    """(organisation words, legal forms): the tables of `filters/pii/`, read and checked once."""
+
+    def one_word(word: str) -> bool:
+        return word.islower() and word.isalpha()
+
+    words, forms = (
+        frozenset(read_name_list(_FILTERS / name, is_valid=one_word, what="organisation word"))
+        for name in ("organisation_words_v1.txt", "organisation_legal_forms_v1.txt")
+    )
+    return words, forms
+
+
+def is_organisation(name: str, after: str = "") -> bool:
+    """Whether a capitalised run found as a person's name names an organisation or project instead: one of
+    its words is an organisation word or a legal form (`The Go Authors`, `Python Software Foundation`,
+    `Google LLC`), or a legal form follows it (`Red Hat, Inc.`, with `after` the text right after it)."""
+    words, forms = _organisation_tables()
+    own = {_NOT_WORD.sub("", word).lower() for word in name.split()}
+    if own & (words | forms):
+        return True
+    following = _NOT_WORD.sub(" ", after).split()[:1]  # `, Inc.`: the next word, past commas and dots
+    return bool(following) and following[0].lower() in forms
 
 
 def resolve_overlaps(spans: list[Span]) -> list[Span]:
