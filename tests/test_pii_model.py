@@ -118,6 +118,13 @@ def test_gate_sends_people_and_secret_lines_only():
     assert len(line_ranges(text, "all")) == 5  # every non-blank line
     decorated = "    @yanchor.setter\n    @lru_cache(maxsize=2)\n# Thanks to @mkowalski\n"
     assert [decorated[a:b] for a, b in line_ranges(decorated)] == ["# Thanks to @mkowalski"]
+    not_handles = (
+        "@pytest.mark.parametrize(\n\t@echo building\n@media screen {\nimport '@jupyter-widgets/base'\n"
+        "mail = 'ops@acme.io'\n- Docs moved to https://tkowalczyk.github.io/sessions/\n * @param name the key\n"
+    )  # decorators split over lines, make, CSS, npm scopes, emails, a forge link alone, doc tags
+    assert line_ranges(not_handles) == []
+    handles = "cc @blink1073\nFixed by @jdoe.\n"
+    assert [handles[a:b] for a, b in line_ranges(handles)] == ["cc @blink1073", "Fixed by @jdoe."]
     long = "x" * 2000 + " # by Maria Lopez " + "y" * 2000
     ((start, end),) = line_ranges(long)
     assert end - start <= LONG_LINE and "by Maria Lopez" in long[start:end]
