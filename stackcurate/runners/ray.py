@@ -11,7 +11,8 @@ Failures, and what the driver does with them:
   with that same exception (an `OSError` stays an `OSError`), for the CLI to print as one line;
 - a worker dies (killed for memory, its node lost): its shard goes back to the queue and runs on another
   worker, at most :data:`MAX_ATTEMPTS` times; a replacement worker is asked for, and used once Ray finds it a
-  CPU (after a node loss there may be none: the surviving workers then take the queue);
+  CPU (after a node loss there may be none: the surviving workers then take the queue); a shard that lost
+  its worker that many times fails the run in one line, once the other shards are done;
 - no worker can run for :func:`worker_wait_s` seconds (every node with CPUs gone): the run stops in one line
   that says to rerun; finished shards stay committed.
 """
@@ -269,6 +270,7 @@ class _Scheduler:
         queue = deque(shards)
         attempts = dict.fromkeys((s.index for s in shards), 0)
         summaries: list[dict[str, Any]] = []
+        failed: list[str] = []  # one line for each shard that lost its worker MAX_ATTEMPTS times
         wait_s = worker_wait_s()
         no_worker_since = time.monotonic()  # while no actor is placed: the clock of worker_wait_s
         for _ in range(self.concurrency):
@@ -290,8 +292,14 @@ class _Scheduler:
                         _reraise_task_error(exc)
                     except RayActorError as exc:
                         attempts[shard.index] += 1
-                        self.lost(actor, shard, exc, attempts[shard.index])
-                        queue.appendleft(shard)
+                        if self.lost(actor, shard, exc, attempts[shard.index]):
+                            queue.appendleft(shard)
+                        else:  # the other shards still run: nothing they could finish is lost
+                            failed.append(
+                                f"{self.stage}: shard {shard.name} lost its worker {MAX_ATTEMPTS} times "
+                                f"({_last_line(exc)}); finished shards are kept: rerun to resume, or look for an "
+                                "input that exhausts memory"
+                            )
                         continue
                     summaries.append(summary)
                     self.idle.append(actor)
@@ -304,6 +312,8 @@ class _Scheduler:
         finally:
             for actor in self.actors:  # the idle, the busy ones of a failed run, and those still waiting for a CPU
                 self.ray.kill(actor, no_restart=True)
+        if failed:
+            raise StackcurateError(failed[0])
         return summaries
 
     def placed(self, ref: Any) -> None:
@@ -331,14 +341,14 @@ class _Scheduler:
         self.failed_starts = 0
         self.idle.append(actor)
 
-    def lost(self, actor: Any, shard: Shard, exc: Exception, attempts: int) -> None:
-        """A worker died with `shard`: stop after MAX_ATTEMPTS, else ask for a replacement and retry."""
+    def lost(self, actor: Any, shard: Shard, exc: Exception, attempts: int) -> bool:
+        """A worker died with `shard`: ask for a replacement; whether to run the shard again (not after
+        MAX_ATTEMPTS: the run then fails once the other shards are done)."""
         self.ray.kill(actor, no_restart=True)  # if only unreachable, it must not come back holding a CPU
+        # The replacement runs only if Ray finds it a CPU; after a node loss the surviving actors take the queue.
+        self.start_actor()
         if attempts >= MAX_ATTEMPTS:
-            raise StackcurateError(
-                f"{self.stage}: shard {shard.name} lost its worker {attempts} times ({_last_line(exc)}); "
-                "finished shards are kept: rerun to resume, or look for an input that exhausts memory"
-            )
+            return False
         log.warning(
             "%s: the worker running shard %s died (%s); running it again (attempt %d of %d)",
             self.stage,
@@ -347,8 +357,7 @@ class _Scheduler:
             attempts + 1,
             MAX_ATTEMPTS,
         )
-        # The replacement runs only if Ray finds it a CPU; after a node loss the surviving actors take the queue.
-        self.start_actor()
+        return True
 
     def stalled(self, left: int, wait_s: float) -> NoReturn:
         free = self.ray.available_resources().get("CPU", 0.0)
