@@ -304,6 +304,7 @@ def test_asking_for_more_gpus_than_the_cluster_has_is_a_one_line_error(tmp_path,
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_the_recipe_reproduces_the_shipped_model(tmp_path, monkeypatch):
     """Retraining from `pii_model/` (minutes: a slow test) gives a model whose held-out recall per type is the
     shipped model's within two points, whatever code this machine's generator read."""
