@@ -67,10 +67,6 @@ class TrainConfig:
 DEFAULT = TrainConfig()
 
 
-def minilm_folder() -> Path:
-    return base_folder()
-
-
 def build_model(cfg: TrainConfig) -> Any:  # a transformers BertForTokenClassification
     import transformers
     from transformers import AutoModelForTokenClassification, BertConfig, BertForTokenClassification
@@ -88,13 +84,13 @@ def build_model(cfg: TrainConfig) -> Any:  # a transformers BertForTokenClassifi
         raise StackcurateError(f"pii-model: unknown base {cfg.base!r}; choose minilm or tiny")
     transformers.logging.set_verbosity_error()  # the dropped layers and the new head are expected
     return AutoModelForTokenClassification.from_pretrained(
-        minilm_folder(), num_hidden_layers=cfg.layers, num_labels=len(LABELS), **labels
+        base_folder(), num_hidden_layers=cfg.layers, num_labels=len(LABELS), **labels
     )
 
 
 def training_windows(rows: list[dict], cfg: TrainConfig, rng: random.Random) -> tuple[list[Window], list[list[int]]]:
     """(windows, BIO labels) of the gated lines of `rows`, plus a share of their other lines."""
-    tokenizer = load_tokenizer(minilm_folder(), cfg.max_tokens)
+    tokenizer = load_tokenizer(base_folder(), cfg.max_tokens)
     texts, ranges = [], []
     for row in rows:
         gated = set(line_ranges(row["text"]))
@@ -152,7 +148,7 @@ def train(cfg: TrainConfig, out: str | Path, *, progress: bool = True) -> Path:
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.cpu().save_pretrained(tmp)
-    shutil.copy(minilm_folder() / "tokenizer.json", tmp / "tokenizer.json")
+    shutil.copy(base_folder() / "tokenizer.json", tmp / "tokenizer.json")
     hosts = host_files("train")  # cached: what `generate` read
     report = {
         "config": asdict(cfg),

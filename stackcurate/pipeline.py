@@ -26,7 +26,7 @@ from typing import Any
 from stackcurate.core import io
 from stackcurate.core.config import build_config, dump_yaml, output_settings, to_dict
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageDir, TaskContext, plan_fingerprint
+from stackcurate.core.stage import PURGED, Shard, StageDir, TaskContext, plan_fingerprint
 from stackcurate.stages import STAGE_ORDER, StageSpec, get_stage
 
 
@@ -82,9 +82,7 @@ def _check_input_complete(input_uri: str) -> None:
     fs, path = io.filesystem(input_uri)
     if io.exists(fs, io.join(path, "_plan.json")) and not io.exists(fs, io.join(path, "_SUCCESS")):
         raise StackcurateError(f"{input_uri} is incomplete (an interrupted run); rerun that stage first")
-    from stackcurate.stages.pii.purge import purged
-
-    if purged(fs, path):
+    if io.exists(fs, io.join(path, PURGED)):
         raise StackcurateError(
             f"{input_uri} was purged (`stackcurate purge` dropped its text); rerun the pipeline with --overwrite"
         )

@@ -137,7 +137,7 @@ def test_bio_labels_round_trip_to_the_same_character_spans_after_multibyte_text(
         ("EMAIL", text.index("lz@"), text.index(">")),
         ("USERNAME", text.index("zółw"), text.index("'  #")),
     ]
-    tokenizer = load_tokenizer(train.minilm_folder(), 128)
+    tokenizer = load_tokenizer(shipped.base_folder(), 128)
     items = windows(tokenizer, [text], [line_ranges(text, "all")])
     decoded = set()
     for window in items:
@@ -175,7 +175,7 @@ def test_name_and_username_spans_lose_the_punctuation_at_their_ends():
 
 def test_a_line_longer_than_the_window_is_split_with_overlap():
     text = " ".join(f"w{i}" for i in range(300)) + " by Anna Nowak"
-    tokenizer = load_tokenizer(train.minilm_folder(), 64)
+    tokenizer = load_tokenizer(shipped.base_folder(), 64)
     items = windows(tokenizer, [text], [line_ranges(text, "all")])
     assert len(items) > 1 and all(len(w.ids) <= 64 for w in items)
     covered = {

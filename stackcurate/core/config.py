@@ -91,19 +91,21 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
     return value
 
 
+def _resolve_field(f: dataclasses.Field, value: Any, base_dir: Path | None) -> Any:
+    """`value` of field `f` with its path(s) resolved against `base_dir` (unless it is one of the keywords)."""
+    if not f.metadata.get("path") or value is None:
+        return value
+    keywords = f.metadata.get("keywords", ())
+    items = value if isinstance(value, list | tuple) else [value]
+    resolved = [v if not isinstance(v, str) or v in keywords else _resolve_path(v, base_dir) for v in items]
+    return type(value)(resolved) if isinstance(value, list | tuple) else resolved[0]
+
+
 def resolve_paths(cls: type, values: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     """`values` with the path fields of `cls` resolved against `base_dir` (a config file's folder), before
     they are merged with values from elsewhere; checking is :func:`build_config`'s."""
-    out = dict(values)
-    for f in dataclasses.fields(cls):
-        value = out.get(f.name)
-        if not f.metadata.get("path") or value is None:
-            continue
-        keywords = f.metadata.get("keywords", ())
-        items = value if isinstance(value, list | tuple) else [value]
-        resolved = [v if not isinstance(v, str) or v in keywords else _resolve_path(v, base_dir) for v in items]
-        out[f.name] = resolved if isinstance(value, list | tuple) else resolved[0]
-    return out
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    return {k: _resolve_field(fields[k], v, base_dir) if k in fields else v for k, v in values.items()}
 
 
 def build_config(cls: type[C], values: dict[str, Any] | None, *, base_dir: Path | None = None) -> C:
@@ -119,14 +121,7 @@ def build_config(cls: type[C], values: dict[str, Any] | None, *, base_dir: Path 
         raise StackcurateError(f"unknown {cls.__name__} key '{key}'{hint}")
     kwargs = {}
     for name, value in values.items():
-        coerced = _coerce(name, hints[name], value)
-        meta = fields[name].metadata
-        if meta.get("path") and coerced is not None and coerced not in meta.get("keywords", ()):
-            if isinstance(coerced, tuple):
-                coerced = tuple(_resolve_path(v, base_dir) for v in coerced)
-            else:
-                coerced = _resolve_path(coerced, base_dir)
-        kwargs[name] = coerced
+        kwargs[name] = _resolve_field(fields[name], _coerce(name, hints[name], value), base_dir)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:

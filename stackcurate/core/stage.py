@@ -34,6 +34,7 @@ from stackcurate.core.errors import StackcurateError, is_disk_full
 from stackcurate.core.schema import ERROR_SCHEMA, STATS_SCHEMA, conform, with_reason
 
 SHARD_DIGITS = 5
+PURGED = "_PURGED"  # in a stage folder whose text `stackcurate purge` deleted (stages/pii/purge.py)
 log = logging.getLogger("stackcurate.stage")
 
 

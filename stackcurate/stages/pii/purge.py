@@ -17,15 +17,14 @@ Example:
 import json
 from dataclasses import dataclass
 
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from stackcurate.core import io
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import TEXT_COLUMNS
+from stackcurate.core.stage import PURGED
 from stackcurate.stages import STAGE_ORDER
 
-PURGED = "_PURGED"
 REDACTED_MARK = "pii_spans"  # the column pii adds: its output, and what is made from it, is redacted
 
 
@@ -84,8 +83,3 @@ def purge(out: str, *, dry_run: bool = False) -> Purged:
             for path in paths:
                 fs.delete_file(path)
     return Purged(files, size, sorted(by_stage))
-
-
-def purged(fs: pafs.FileSystem, folder: str) -> bool:
-    """Whether `folder` (a stage's output) had its text purged."""
-    return io.exists(fs, io.join(folder, PURGED))
