@@ -27,7 +27,7 @@ import dedup_corpus
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stackcurate.stages.pii import PiiConfig, PiiStage, default_model
+from stackcurate.stages.pii import PiiConfig, PiiStage, default_model_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 DETECTORS = {"patterns": {"model": "none"}, "both": {}, "both, all lines": {"model_lines": "all"}}
@@ -79,12 +79,14 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=0.5, help="dedup corpus scale to draw files from")
     parser.add_argument("--batch-rows", type=int, default=256)
     parser.add_argument("--detectors", nargs="+", choices=list(DETECTORS), default=["patterns", "both"])
-    parser.add_argument("--model", default=str(default_model()), help="model folder (default: the cached one)")
+    parser.add_argument("--model", default="auto", help="model folder (default: the one shipped with stackcurate)")
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda")
     parser.add_argument("--dump", help="write the model's spans with their lines here (not in the repository)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pii_throughput.json"))
     parser.add_argument("--work", default=str(ROOT / "work" / "bench_dedup"))
     args = parser.parse_args()
+    if args.model == "auto":
+        args.model = str(default_model_folder())
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core: the model's torch threads too
     if args.device == "cpu":
         import torch
