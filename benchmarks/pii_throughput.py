@@ -1,7 +1,11 @@
 """PII stage throughput on one core, on real code the project has not seen.
 
-The input is the dedup benchmark's corpus (`dedup_corpus.py`: source distributions of real PyPI projects,
-ingested with `stackcurate ingest --repos`). The stage runs in this process on one core over record batches
+The input (`--corpus heldout`, the default) is what a user's pipeline hands the pii stage from whole released
+projects: the newest release of each project held out of the dedup corpus (`dedup_verify.HELD_OUT`: source
+distributions from PyPI with their changelogs, READMEs, manifests, AUTHORS files, docs and tests), through
+`stackcurate run` of ingest, language (The Stack v2's languages) and filter (StarCoder2's rules). `--corpus dedup`
+takes the first `--mb` of the dedup benchmark's corpus instead (`dedup_corpus.py`, mostly generated code).
+The stage runs in this process on one core over record batches
 as a runner gives them (reading and writing Parquet excluded), and the report gives MB of code per second,
 the spans redacted per type and detector, and the spans spared per rule, for each set of detectors:
 `patterns` (the pattern recognizers alone), `both` (patterns plus the model on gated lines: the stage's
@@ -9,7 +13,7 @@ default), `both, all lines` (the model on every line: slow, so give it a small -
 the model on a GPU; `--dump F` writes each model span with its line (for reading the model's precision by
 eye: F holds real secrets from the corpus, keep it out of the repository).
 
-    python benchmarks/pii_throughput.py [--mb 50] [--scale 0.5] [--detectors patterns both] [--model DIR]
+    python benchmarks/pii_throughput.py [--corpus heldout|dedup] [--mb 50] [--detectors patterns both] [--model DIR]
 
 Writes benchmarks/results/pii_throughput.json.
 """
@@ -18,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -26,6 +31,7 @@ import dedup
 import dedup_corpus
 import pyarrow as pa
 import pyarrow.parquet as pq
+from dedup_verify import HELD_OUT
 
 from stackcurate.stages.pii import PiiConfig, PiiStage, default_model_folder
 
@@ -73,17 +79,45 @@ def _dump_line(name: str, text: str, span: dict) -> str:
     return f"{name}\t{span['entity']}\t{span['score']:.2f}\t{marked}\n"
 
 
+def held_out_records(work: Path) -> Path:
+    """The files of the newest release of each held-out project, as the filter stage keeps them."""
+    folders = [
+        str(dedup_corpus.fetch(work / "corpus", project, versions[-1]).resolve()) for project, versions in HELD_OUT
+    ]
+    out = work / "run"
+    if not (out / "filter" / "_SUCCESS").is_file():
+        pipeline = {
+            "out": str(out),
+            "stages": {
+                "ingest": {"repos": folders},
+                "language": {"languages": str(ROOT / "filters" / "languages" / "stackv2_detected_658.txt")},
+                "filter": {"rules": str(ROOT / "filters" / "starcoder2_v1.yaml")},
+            },
+        }
+        (work / "pipeline.yaml").write_text(json.dumps(pipeline))  # JSON is YAML
+        subprocess.run(["stackcurate", "run", str(work / "pipeline.yaml"), "--overwrite"], check=True)
+    return out / "filter"
+
+
+def dedup_records(args: argparse.Namespace) -> Path:
+    """The dedup benchmark's corpus at `--scale`, ingested."""
+    return dedup.ingest(dedup_corpus.build(args.scale), Path(args.work) / f"dedup_scale_{args.scale}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mb", type=float, default=50.0, help="MB of code to redact")
-    parser.add_argument("--scale", type=float, default=0.5, help="dedup corpus scale to draw files from")
+    parser.add_argument("--corpus", choices=["heldout", "dedup"], default="heldout")
+    parser.add_argument("--mb", type=float, default=1000.0, help="at most this many MB of code to redact")
+    parser.add_argument(
+        "--scale", type=float, default=0.5, help="dedup corpus scale to draw files from (--corpus dedup)"
+    )
     parser.add_argument("--batch-rows", type=int, default=256)
     parser.add_argument("--detectors", nargs="+", choices=list(DETECTORS), default=["patterns", "both"])
     parser.add_argument("--model", default="auto", help="model folder (default: the one shipped with stackcurate)")
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda")
     parser.add_argument("--dump", help="write the model's spans with their lines here (not in the repository)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pii_throughput.json"))
-    parser.add_argument("--work", default=str(ROOT / "work" / "bench_dedup"))
+    parser.add_argument("--work", default=str(ROOT / "work" / "bench_pii"))
     args = parser.parse_args()
     if args.model == "auto":
         args.model = str(default_model_folder())
@@ -93,8 +127,7 @@ def main() -> None:
 
         torch.set_num_threads(1)
 
-    base = Path(args.work) / f"scale_{args.scale}"
-    records = dedup.ingest(dedup_corpus.build(args.scale), base)
+    records = held_out_records(Path(args.work)) if args.corpus == "heldout" else dedup_records(args)
     batches, size = [], 0
     for path in sorted(records.glob("*.parquet")):
         for batch in pq.ParquetFile(path).iter_batches(batch_size=args.batch_rows):
@@ -107,7 +140,7 @@ def main() -> None:
 
     dump = open(args.dump, "w") if args.dump else None  # noqa: SIM115 - shared by the runs below
     result = {
-        "input": f"dedup corpus scale {args.scale} ({records})",
+        "input": f"{args.corpus} corpus ({records})",
         "files": sum(b.num_rows for b in batches),
         "model": args.model,
         "device": args.device,

@@ -93,7 +93,7 @@ def training_windows(rows: list[dict], cfg: TrainConfig, rng: random.Random) -> 
     tokenizer = load_tokenizer(base_folder(), cfg.max_tokens)
     texts, ranges = [], []
     for row in rows:
-        gated = set(line_ranges(row["text"]))
+        gated = set(line_ranges(row["text"], "context"))
         others = [r for r in line_ranges(row["text"], "all") if r not in gated]
         texts.append(row["text"])
         ranges.append(sorted(gated | {r for r in others if rng.random() < cfg.other_lines}))

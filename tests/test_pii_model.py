@@ -112,10 +112,18 @@ def test_evaluation_counts_exact_spans_only():
 # ---- the gate, BIO labels and windows ------------------------------------------------------------------------
 
 
-def test_gate_sends_people_and_secret_lines_only():
+def test_gate_sends_people_lines_only_and_training_reads_secret_lines_too():
     text = "import os\n# Author: Jan Kowalski\nx = compute(y)\n\npassword = 'Hunter2xyz!'\ntokens = split(s)\n"
-    assert [text[a:b] for a, b in line_ranges(text)] == ["# Author: Jan Kowalski", "password = 'Hunter2xyz!'"]
+    assert [text[a:b] for a, b in line_ranges(text)] == ["# Author: Jan Kowalski"]  # passwords: the patterns' job
+    assert [text[a:b] for a, b in line_ranges(text, "context")] == [
+        "# Author: Jan Kowalski",
+        "password = 'Hunter2xyz!'",
+    ]
     assert len(line_ranges(text, "all")) == 5  # every non-blank line
+    crlf = "# Author: Jan Kowalski\r\nx = 1\r\n"
+    assert [crlf[a:b] for a, b in line_ranges(crlf)] == ["# Author: Jan Kowalski\r"]
+    upper = "İstanbul ofisi\n# Author: Jan Kowalski\n"  # `İ` lower-cases to two characters: offsets stay exact
+    assert [upper[a:b] for a, b in line_ranges(upper)] == ["# Author: Jan Kowalski"]
     decorated = "    @yanchor.setter\n    @lru_cache(maxsize=2)\n# Thanks to @mkowalski\n"
     assert [decorated[a:b] for a, b in line_ranges(decorated)] == ["# Thanks to @mkowalski"]
     not_handles = (
@@ -263,12 +271,9 @@ FIXED = (
     "# Author: Henrike Osterhagen <h.osterhagen@posteo.de>\n# Maintainer: @hosterhagen on GitHub\n"
     "db_password = 'Xk9mP2vLq7'\nclient = Api(token='ghx_8fK2mQ9vL3pR7tW1')\n# TODO(jkowalski): retry\n"
 )
-FIXED_SPANS = [
+FIXED_SPANS = [  # the password and token lines are the patterns' (the model reads lines with a person's context)
     ("NAME", 10, 28, 0.89),
     ("USERNAME", 69, 80, 0.65),
-    ("PASSWORD", 106, 116, 0.74),
-    ("USERNAME", 106, 116, 0.25),
-    ("KEY", 138, 158, 0.8),
     ("USERNAME", 168, 177, 0.81),
 ]
 

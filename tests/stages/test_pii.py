@@ -155,14 +155,17 @@ def test_placeholder_passwords_are_spared(detector):
     assert spared(detector, text) == ["placeholder"] * 4
 
 
-def test_unquoted_values_count_only_in_config_files(detector):
+def test_unquoted_values_count_in_config_files_and_as_name_equals_value_elsewhere(detector):
     text = "DB_HOST=db.internal\nDB_PASSWORD=hX8v2QmR7t\nDJANGO_SECRET_KEY=k9Xq2Lm7Vt4Rz8Wp3Bn6Yc1Hd5\n"
-    assert found(detector, text, config=True) == [
-        ("PASSWORD", "hX8v2QmR7t"),
-        ("KEY", "k9Xq2Lm7Vt4Rz8Wp3Bn6Yc1Hd5"),
-    ]
+    expected = [("PASSWORD", "hX8v2QmR7t"), ("KEY", "k9Xq2Lm7Vt4Rz8Wp3Bn6Yc1Hd5")]
+    assert found(detector, text, config=True) == expected
     assert found(detector, "password = get_password()\n", config=True) == []
-    assert found(detector, text, config=False) == []
+    # Outside config files: an env var in a shell line or a docs' snippet, never code's `name = value`.
+    assert found(detector, text, config=False) == expected
+    shell = "docker run -e 'SA_PASSWORD=x3rT6UWo3HPkC' -e API_TOKEN=q7Vx2LmZ9pRt4WnY8kBa3Cs6 mssql\n"
+    assert found(detector, shell) == [("PASSWORD", "x3rT6UWo3HPkC"), ("KEY", "q7Vx2LmZ9pRt4WnY8kBa3Cs6")]
+    code = "password=password\npassword=self.password\npassword = hX8v2QmR7t\napi_key=settings.API_KEY_VALUE\n"
+    assert found(detector, code) == []
 
 
 # ---- escapes: JSON strings, notebook sources, string literals ------------------------------------------------
@@ -828,7 +831,7 @@ ORGANISATION = ["organisation"]
 @pytest.mark.parametrize(
     ("text", "reasons"),
     [
-        ("// Copyright 2021 Google LLC\n", []),  # `LLC` is no name word: nothing found
+        ("// Copyright 2021 Google LLC\n", ORGANISATION),  # read like `Adrien CLERC`, spared by its legal form
         ("// Copyright 2009 The Go Authors. All rights reserved.\n", ORGANISATION),
         ("// Copyright 2015 The Chromium Authors\n", ORGANISATION),
         ("# Copyright (c) 2001-2023 Python Software Foundation; All Rights Reserved\n", ORGANISATION * 2),
@@ -857,19 +860,26 @@ def test_organisation_rule_reads_the_words_and_the_legal_form_after_a_name():
     assert rules.is_organisation("Red Hat", ", Inc.") and not rules.is_organisation("Priya Mendoza", " and Tom Li")
 
 
-def test_gate_sends_copyright_author_and_trailer_lines_to_the_model():
+def test_the_model_reads_credit_lines_and_leaves_copyright_lines_to_the_patterns(detector):
     from stackcurate.stages.pii.model import line_ranges
 
     text = (
         "// Copyright (c) 2021 Priya Mendoza\n# © 2020 María José García\n# SPDX-FileCopyrightText: 2022 Jane Roe\n"
-        'import os\n__author__ = "Jane Roe"\nx = f(y)\n  "authors": ["Tom Li"],\n    <developer>\n'
-        "Signed-off-by: Jane Roe\nCo-authored-by: Tom Li\n    Written by Jane Roe.\nreturn x\n"
+        'import os\n__author__ = "Jane Roe"\nx = f(y)\n  "authors": ["Tom Li"],\n# email: jane@roe.org\n'
+        "Signed-off-by: Jane Roe\nCo-authored-by: Tom Li\n  Thanks to Ann Lee.\nreturn x\n"
     )
     lines = [text[a:b] for a, b in line_ranges(text)]
     assert lines == [
-        "// Copyright (c) 2021 Priya Mendoza", "# © 2020 María José García", "# SPDX-FileCopyrightText: 2022 Jane Roe",
-        '__author__ = "Jane Roe"', '  "authors": ["Tom Li"],', "    <developer>", "Signed-off-by: Jane Roe",
-        "Co-authored-by: Tom Li", "    Written by Jane Roe.",
+        '__author__ = "Jane Roe"', '  "authors": ["Tom Li"],', "Signed-off-by: Jane Roe", "Co-authored-by: Tom Li",
+        "  Thanks to Ann Lee.",
+    ]  # fmt: skip
+    # Training reads every line with a person's or a secret's context (what the shipped model learnt from).
+    assert [text[a:b] for a, b in line_ranges(text, "context")] == [
+        line for line in text.splitlines() if line not in ("import os", "x = f(y)", "return x")
+    ]
+    # The patterns find the names the model no longer reads.
+    assert [v for e, v in found(detector, text) if e == "NAME"][:3] == [
+        "Priya Mendoza", "María José García", "Jane Roe"
     ]  # fmt: skip
 
 

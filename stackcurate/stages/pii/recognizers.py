@@ -34,7 +34,7 @@ NAMED = "*"  # a Rule's group: the span is whichever named group matched, and th
 
 @dataclass(frozen=True)
 class Rule:
-    """One regex and what its matches are.
+    r"""One regex and what its matches are.
 
     Attributes:
         name: The rule's name, recorded as `pattern:<name>` (for NAMED spans, the matching group's name).
@@ -45,6 +45,12 @@ class Rule:
         refine: Searched inside each candidate (the spans' groups then refer to it): a fast, simple `regex`
             finds the few places worth the slow one. A rule with `refine` has no `check` (whose match is
             one of `text`).
+        anchor: What every match holds, a string or a fast regex: a text without it skips the rule. Python's
+            `re` scans a pattern that opens with a lookbehind or an alternation at a few MB/s; `in` and a
+            plain regex run 10 to 100 times faster, and most files hold no `@`, no `://`, no dotted quad.
+        keywords: Lowercase words, one of which is on every line a match starts on: the regex runs on those
+            lines only (for the patterns that open with a name like `[\w-]*password`, which `re` cannot scan
+            fast). Such a rule's matches lie within one line.
     """
 
     name: str
@@ -53,6 +59,8 @@ class Rule:
     score: float = 0.9
     check: Callable[[re.Match[str], str], bool] | None = None
     refine: re.Pattern[str] | None = None
+    anchor: str | re.Pattern[str] | None = None
+    keywords: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         assert self.refine is None or self.check is None, f"rule {self.name}: refine and check do not mix"
@@ -71,10 +79,20 @@ class RegexRecognizer(EntityRecognizer):
 
     def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list:
         results = []
+        lowered: str | None = None
         for rule in self.rules:
             if entities and not any(entity in entities for _, entity in rule.spans):
                 continue
-            for match in rule.regex.finditer(text):
+            if rule.anchor is not None and not (
+                rule.anchor in text if isinstance(rule.anchor, str) else rule.anchor.search(text)
+            ):
+                continue
+            if rule.keywords:
+                lowered = _lowered(text) if lowered is None else lowered
+                matches: Iterator[re.Match[str]] = _matches_on_lines(rule.regex, text, lowered, rule.keywords)
+            else:
+                matches = rule.regex.finditer(text)
+            for match in matches:
                 offset = 0
                 if rule.refine is not None:
                     offset = match.start()
@@ -99,6 +117,28 @@ class RegexRecognizer(EntityRecognizer):
                     result.recognition_metadata = metadata
                     results.append(result)
         return results
+
+
+def _lowered(text: str) -> str:
+    """`text` in lower case, letter for letter (the few letters whose lower case is longer, as `İ`, stay)."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+
+
+def _matches_on_lines(
+    regex: re.Pattern[str], text: str, lowered: str, keywords: tuple[str, ...]
+) -> Iterator[re.Match[str]]:
+    """`regex`'s matches on the lines of `text` that hold one of `keywords`, in text order."""
+    starts = set()
+    for keyword in keywords:
+        at = lowered.find(keyword)
+        while at >= 0:
+            starts.add(text.rfind("\n", 0, at) + 1)
+            line_end = lowered.find("\n", at)
+            at = -1 if line_end < 0 else lowered.find(keyword, line_end)
+    for start in sorted(starts):
+        end = text.find("\n", start)
+        yield from regex.finditer(text, start, len(text) if end < 0 else end)
 
 
 def _preceded_by(pattern: re.Pattern[str], start: int, text: str, window: int) -> bool:
@@ -146,9 +186,12 @@ _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 # Not inside a longer dotted number (OIDs, versions with 5 parts), and never including a `:port`.
 _IPV4 = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.\d|/\d)")  # a `/16` network is no host
 _IPV6 = re.compile(r"(?<![\w:.])((?:[0-9A-Fa-f]{1,4}|:)?(?::[0-9A-Fa-f]{0,4}){2,7}(?:%\w+)?)(?![\w:])")
+_DOTTED_QUAD = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")  # anchors: what every match of the two above holds
+_TWO_COLONS = re.compile(r":[0-9A-Fa-f]{0,4}:")
 _VERSION_BEFORE = re.compile(
     r"(?i)(?:(?<![a-z])(?:version|ver|release|rev|section|chapter|§)\w*[\s\"'>]*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@)$"
 )
+_USERINFO_BEFORE = re.compile(r"://[^\s/@]*@$")  # `scheme://user:pw@<host>`
 _NETWORK_WORDS = re.compile(r"(?i)dns|server|host|\bip\b|addr|proxy|gateway|endpoint|connect|bind|listen")
 
 
@@ -156,7 +199,7 @@ def _is_ipv4(match: re.Match[str], text: str) -> bool:
     """Not a version number: BigCode's rule (a short x.y.z.w away from network words is a version),
     and nothing like `version = "1.2.3.4"` or `==1.0.0.1` right before it."""
     value, start = match.group(1), match.start(1)
-    if _preceded_by(_VERSION_BEFORE, start, text, 16):
+    if _preceded_by(_VERSION_BEFORE, start, text, 16) and not _preceded_by(_USERINFO_BEFORE, start, text, 200):
         return False
     return len(value) > 7 or _NETWORK_WORDS.search(text, max(0, start - 100), match.end(1) + 100) is not None
 
@@ -183,7 +226,7 @@ _KEY_FORMATS: list[tuple[str, str]] = [
     ("github_fine_grained_token", r"\b(github_pat_[A-Za-z0-9_]{60,255})\b"),
     ("gitlab_token", r"\b(glpat-[A-Za-z0-9_\-]{20,})(?![\w-])"),
     ("slack_token", r"\b(xox[abposr]-[A-Za-z0-9-]{10,})(?![\w-])"),
-    ("stripe_key", r"\b((?:sk|rk)_live_[0-9A-Za-z]{24,})\b"),
+    ("stripe_key", r"\b((?:sk|rk)_(?:live|test)_[0-9A-Za-z]{24,})\b"),
     ("openai_key", r"\b(sk-(?:proj-)?[A-Za-z0-9_\-]{32,})(?![\w-])"),
     ("huggingface_token", r"\b(hf_[A-Za-z]{34})\b"),
     ("sendgrid_key", r"\b(SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43})(?![\w-])"),
@@ -275,7 +318,7 @@ def _password_value(match: re.Match[str], text: str) -> bool:
 
 
 # `scheme://user:password@host` (databases, brokers, basic auth in URLs).
-_CONNECTION = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{1,64}):([^@/\s'\"<>{}]{3,128})@[\w.\-\[\]]+")
+_CONNECTION = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{0,64}):([^@/\s'\"<>{}]{3,128})@[\w.\-\[\]]+")
 
 
 def _config_line(words: str, value: str) -> re.Pattern[str]:
@@ -285,6 +328,25 @@ def _config_line(words: str, value: str) -> re.Pattern[str]:
 
 
 _CONFIG_PASSWORD = _config_line(_PASSWORD_WORDS, r"[^\s\"'#;,(){}\[\]$%<>]{3,}")
+# Outside config files: `SA_PASSWORD=...` in a shell line, `password=...` in a docs' config snippet, `?pass=...`
+# in a URL, the value unquoted right after `=`. Only values with a digit or a symbol and no code shape: not
+# `password=password`, `password=self.password`, `password=get(...)`.
+_ENV_PASSWORD = re.compile(
+    rf"(?im)(?<![\w-])[\w\-]*?{_PASSWORD_WORDS}[\w\-]*=([^\s\"'`#;,&(){{}}\[\]$%<>\\][^\s\"'`#;,&(){{}}\[\]%<>\\]{{5,127}})"
+    r"(?=[\s\"'`&;,\\]|$)"
+)
+_ENV_KEY = re.compile(rf"(?im)(?<![\w-])[\w.\-]*?{_KEY_WORDS}[\w.\-]*=([A-Za-z0-9+/=_\-.~]{{16,}})(?=[\s\"'`&;,\\]|$)")
+# A literal handed to a password-hashing or login API is a password (`ctx.hash("...")`, `bcrypt.hashpw(b"...")`,
+# `user.set_password("...")`, `check_password_hash(h, "...")`), and one handed to a JWT or HMAC library as its
+# signing key is a key (`jwt.encode(payload, "...")`, `jwt.sign({...}, '...')`).
+_PASSWORD_CALL_BEFORE = re.compile(
+    r"(?:\.(?:hash|verify|encrypt|genhash|hashpw|checkpw|set_password|check_password|login|authenticate)|"
+    r"\b(?:make_password|check_password|generate_password_hash|check_password_hash|hashpw|checkpw))"
+    r"\([^()\n]{0,80}?(?:,[ \t]*)?[bu]?$"
+)
+_SIGNING_LIBRARY = re.compile(r"\b(?:jwt|jws|jwe|jose|hmac)\.")
+_SIGNING_CALL_BEFORE = re.compile(r"\b(?:jwt|jws|jwe|jose|hmac)\.(?:encode|decode|sign|verify|new)\([^;]{0,300}$")
+_DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _CONFIG_KEY = _config_line(_KEY_WORDS, r"[A-Za-z0-9+/=_\-.~]{16,}")
 
 
@@ -292,12 +354,34 @@ def _config_key(match: re.Match[str], _text: str) -> bool:
     return _looks_random(match.group(1))
 
 
+def _called_with_password(match: re.Match[str], text: str) -> bool:
+    value = match.group(0)
+    return (
+        len(value) >= 6
+        and any(not c.isalpha() for c in value)
+        and _preceded_by(_PASSWORD_CALL_BEFORE, match.start() - 1, text, 100)
+    )
+
+
+def _signing_key(match: re.Match[str], text: str) -> bool:
+    value = match.group(0)
+    return (bool(_HEX.fullmatch(value)) or _looks_random(value)) and _preceded_by(
+        _SIGNING_CALL_BEFORE, match.start(), text, 300
+    )
+
+
+def _env_password(match: re.Match[str], _text: str) -> bool:
+    value = match.group(1)
+    return any(not c.isalpha() for c in value) and not _DOTTED_NAME.fullmatch(value)
+
+
 # --- person names -------------------------------------------------------------------------------------------
 
 
 # A name is two to five capitalised words (`María José García`, `O'Brien`, `Jean-Luc`, `McDonald`, initials
-# `J.` or `J` before the last), with particles between them (`Guido van Rossum`). Each word holds a lowercase
-# letter, so the all-capitals runs of license texts (`COPYRIGHT HOLDERS AND CONTRIBUTORS`) are no names. Latin,
+# `J.`, `J` or `TJ` before the last), with particles between them (`Guido van Rossum`). The last word holds a
+# lowercase letter, or is a family name in capitals after a first name (`Adrien CLERC`, as French lists write
+# it), so the all-capitals runs of license texts (`COPYRIGHT HOLDERS AND CONTRIBUTORS`) are no names. Latin,
 # Greek and Cyrillic letters: the cased scripts; names in scripts without case are left to the model.
 def _letters(cased: Callable[[str], bool]) -> str:
     return "".join(c for c in map(chr, range(0xC0, 0x530)) if c.isalpha() and cased(c))
@@ -307,13 +391,19 @@ def _letters(cased: Callable[[str], bool]) -> str:
 _UP, _LOW = "A-Z" + _letters(str.isupper), "a-z" + _letters(str.islower) + "\u0300-\u036f"
 _WORD = rf"[{_UP}](?:['’]?[{_UP}])?[{_LOW}]+(?:[{_UP}][{_LOW}]+)?(?:-[{_UP}]?[{_LOW}]+)?(?!\w|[-'’]\w)"
 _PARTICLE = r"(?:van|von|der|den|de|da|del|della|di|du|la|le|bin|ibn|al|el|dos|das|do|ten|ter|zu)"
-_PERSON = rf"(?<![\w.-])(?<!\w['’])(?:(?:{_WORD}|[{_UP}]\.?)[ \t]+(?:{_PARTICLE}[ \t]+)*){{1,4}}{_WORD}"
+_INITIALS = rf"[{_UP}]\.?|[{_UP}]{{2,3}}(?![\w'’-])"
+_CAPITALS = rf"[{_UP}]{{2,}}(?:-[{_UP}]{{2,}})?(?![\w'’-])"
+_PERSON = (
+    rf"(?<![\w.-])(?<!\w['’])(?:(?:(?:{_WORD}|{_INITIALS})[ \t]+(?:{_PARTICLE}[ \t]+)*){{0,3}}{_WORD}[ \t]+{_CAPITALS}"
+    rf"|(?:(?:{_WORD}|{_INITIALS})[ \t]+(?:{_PARTICLE}[ \t]+)*){{1,4}}{_WORD})"
+)
+_PERSON_AT = re.compile(_PERSON)
 _YEARS = r"(?:(?:19|20)\d\d(?:[ \t]*[-–—][ \t]*(?:(?:19|20)?\d\d|present|now))?[ \t,]*)*"
 # One item of a list of holders or authors: years, `by`, then a name (or anything else up to the next
 # separator: `Google LLC`, `Facebook, Inc.`), an email or URL in brackets, the closing quote.
 _ITEM = re.compile(
-    rf"""[ \t]*{_YEARS}(?:by[ \t]+)?\[?(?:(?P<name>{_PERSON})(?=[ \t]*(?:[,;&/<(."'\]]|and\b|\d|$))|"""
-    r"""[^,;&\n<>()"'\]]+?(?=[ \t]*(?:[,;&/<("'\]]|and\b|$)))"""
+    rf"""[ \t]*{_YEARS}(?:by[ \t]+)?\[?(?:(?P<name>{_PERSON})(?=[ \t]*(?:[,;&/<(."'\]\r]|and\b|\d|$))|"""
+    r"""[^,;&\r\n<>()"'\]]+?(?=[ \t]*(?:[,;&/<("'\]\r]|and\b|$)))"""
     r"""[ \t]*(?:<[^<>\n]*>|\([^()\n]*\))?[ \t]*["']?""",
     re.MULTILINE,
 )
@@ -335,6 +425,20 @@ def _listed_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
         start = separator.end()
 
 
+_AND = re.compile(r"[ \t]*(?:,[ \t]*(?:and[ \t]+)?|and[ \t]+|&[ \t]*)")
+
+
+def _credited_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """The names right after a credit (`Jane Roe for the patch`, `Jane Roe, Tom Li and Ann Lee.`), whatever
+    follows them."""
+    while (name := _PERSON_AT.match(text, start, end)) is not None:
+        yield name.span()
+        more = _AND.match(text, name.end(), end)
+        if more is None:
+            return
+        start = more.end()
+
+
 # A quoted value that is a whole name (with an email or URL): `"Jane Roe <jane@x.org>"`, `name = "Jane Roe"`.
 _QUOTED_NAME = re.compile(rf"""["']({_PERSON})[ \t]*(?:<[^<>\n"']*>)?[ \t]*(?:\([^()\n"']*\))?["']""")
 
@@ -345,14 +449,18 @@ def _quoted_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
         yield match.span(1)
 
 
-# A line of an AUTHORS or CONTRIBUTORS list: a bullet, a name, then an email, a URL or a `(@handle)`.
-_NAME_LINE = re.compile(
-    rf"[ \t]*(?:[-*+•][ \t]+)?({_PERSON})[ \t]*(?:<[^<>\n]*>|\([^()\n]*\)|https?://\S+)?[ \t]*(?:\n|$)"
+# A line of an AUTHORS or CONTRIBUTORS list: a bullet, a name, then up to two of an email, a URL, a
+# `(@handle)`, the date they joined (`, 2013/04/09`) and a handle's profile link (`[@jroe](https://...)`,
+# reStructuredText's `` `@jroe <https://...>`_ ``).
+_NAME_TAIL = (
+    r"(?:<[^<>\n]*>|\([^()\n]*\)|https?://\S+|,?[ \t]*\d{4}[-/]\d\d[-/]\d\d|,?[ \t]*\[@[\w-]+\]\([^()\s]*\),?"
+    r"|`@[\w-]+[ \t]*<[^<>\s]*>`_?)"
 )
+_NAME_LINE = re.compile(rf"[ \t]*(?:[-*+•][ \t]+)?({_PERSON})[ \t]*(?:{_NAME_TAIL}[ \t]*){{0,2}}\r?(?:\n|$)")
 # Lines a list goes on past: blank, `#` comments, rules (`=====`), and short lines of no code (`Google Inc.`,
 # `- jroe`, the rest of the heading's paragraph).
-_LIST_LINE = re.compile(r"[ \t]*(?:#[^\n]*|[=\-~*^]+|[^\n={};]{1,100})?[ \t]*(?:\n|$)")
-_UNDERLINE = re.compile(r"[ \t]*[=\-~^*]{3,}[ \t]*(?:\n|$)")
+_LIST_LINE = re.compile(r"[ \t]*(?:#[^\n]*|[=\-~*^]+|[^\n={};]{1,100})?[ \t]*\r?(?:\n|$)")
+_UNDERLINE = re.compile(r"[ \t]*[=\-~^*]{3,}[ \t]*\r?(?:\n|$)")
 
 
 def _name_lines(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
@@ -411,7 +519,7 @@ NAME_PLACES = [
         "copyright",
         re.compile(
             r"(?i:(?<![\w-])copyright(?![\w-])|\(c\)|©|SPDX-File(?:CopyrightText|Contributor):)"
-            rf"""(?:[ \t:,="']*(?i:\(c\)|©))?[ \t:,="']*{_REST}"""
+            rf"""(?:[ \t:,="']*(?i:copyright(?![\w-])|\(c\)|©))*[ \t:,="']*{_REST}"""
         ),
         ("copyright", "(c)", "©", "spdx-file"),
     ),
@@ -461,6 +569,28 @@ NAME_PLACES = [
         ("written", "created", "maintained", "contributed", "developed", "authored", "implemented", "ported")
         + ("designed", "coded", "programmed", "originally"),
     ),
+    # Changelogs and docs: `Thanks to Jane Roe`, `Thanks, Jane Roe.`, `Pull request courtesy Jane Roe`,
+    # `Reported by Jane Roe`, `Patch provided by Jane Roe`.
+    NamePlace(
+        "credit",
+        re.compile(
+            r"(?i:(?<![\w-])(?:(?:many|special|big|huge)[ \t]+)?thanks(?:[ \t]+(?:go(?:es)?[ \t]+)?to|,)[ \t]+|"
+            r"(?<![\w-])courtesy(?:[ \t]+of)?[ \t]+|(?<![\w-])(?:reported|suggested|provided|fixed|patched|requested|"
+            rf"submitted|proposed|sponsored|funded|translated|debugged|diagnosed|investigated)[ \t]+by[ \t]+){_REST}"
+        ),
+        ("thanks", "courtesy", " by "),
+        names=_credited_names,
+    ),
+    # A name as the text of a link to its forge profile: `[Jane Roe](https://github.com/jroe)`, reStructuredText's
+    # `` `Jane Roe <https://github.com/jroe>`_ ``.
+    NamePlace(
+        "profile_link",
+        re.compile(
+            rf"(?:\[(?P<list>{_PERSON})\]\(|`(?P<table>{_PERSON})[ \t]+<)https?://(?:www\.)?(?:github|gitlab)\.com/[\w-]+/?[)>]"
+        ),
+        ("github.com/", "gitlab.com/"),
+        names=lambda _text, start, end: iter([(start, end)]),
+    ),
     # `.mailmap`, AUTHORS files, Debian copyright and changelogs: a name right before an email, anywhere
     # (`Jane Roe <jane@x.org>`, `Jane Roe (jane@x.org)`).
     NamePlace(
@@ -484,12 +614,100 @@ NAME_PLACES = [
     NamePlace(
         "name_file",
         re.compile(
-            rf"\A(?=(?P<list>(?:[ \t]*(?:[-*+•][ \t]+)?{_PERSON}[ \t]*(?:<[^<>\n]*>)?[ \t]*\n){{3}}[\s\S]{{0,20000}}))"
+            rf"\A(?=(?P<list>(?:[ \t]*(?:[-*+•][ \t]+)?{_PERSON}[ \t]*(?:{_NAME_TAIL}[ \t]*){{0,2}}\r?\n){{3}}"
+            rf"[\s\S]{{0,20000}}))"
         ),
         (),
         names=_name_lines,
         reach=20001,
     ),
+]
+
+
+# --- handles -------------------------------------------------------------------------------------------------
+
+# Where code credits a person by handle (the model finds the rest: `@jroe` in prose, `TODO(jroe)`). A handle is
+# GitHub's shape: letters, digits and dashes, at most 39.
+_HANDLE = r"[A-Za-z0-9](?:[\w-]{0,38})"
+_FORGE = r"https?://(?:www\.)?(?:github|gitlab)\.com/"
+# Words that sit where a credit's handle does (`(see #12)`, `(fixes #3)`), not handles.
+_NOT_HANDLES = frozenset(
+    "see fix fixes fixed close closes closed resolve resolves resolved issue issues pr prs pull bug bugs ref refs "
+    "ticket tickets gh also and via in from per cf part re was related reverts revert backport port follow up "
+    "thanks by".split()
+)  # fmt: skip
+
+
+def _credit_handle(match: re.Match[str], _text: str) -> bool:
+    return match.group(1).lower() not in _NOT_HANDLES
+
+
+def _listed_handle(match: re.Match[str], _text: str) -> bool:
+    """A one-word entry of an AUTHORS list before an email is a handle (`414nch4n`, `WoLpH`, `kracekumar`), not
+    a capitalised word (`Maintainer <...>`) nor a first name alone."""
+    word = match.group(1)
+    return any(c.isdigit() for c in word) or word.islower() or any(c.isupper() for c in word[1:])
+
+
+_LISTED_PERSON = re.compile(rf"(?m)^[ \t]*(?:[-*+•][ \t]+)?{_PERSON}[ \t]*$")  # `- Jane Roe ` before `(jroe)`
+HANDLE_RULES = [
+    # `[@jroe](https://github.com/jroe)`, `` `@jroe <https://github.com/jroe>`_ ``: the link says it is a handle.
+    Rule("handle_link", re.compile(rf"\[@({_HANDLE})\]\({_FORGE}\1/?\)"), ((1, USERNAME),), 0.9, anchor="@"),
+    Rule("handle_link", re.compile(rf"`@({_HANDLE})[ \t]*<{_FORGE}\1/?>`"), ((1, USERNAME),), 0.9, anchor="@"),
+    # Sphinx's `:user:` role (sphinx-issues), in changelogs.
+    Rule("user_role", re.compile(rf":(?:gh-|github:)?user:`@?({_HANDLE})`"), ((1, USERNAME),), 0.9, anchor=":user:"),
+    # A changelog entry's credit: `(jroe #1437)`, `(@jroe, #12)`.
+    Rule(
+        "credit_handle",
+        re.compile(rf"\(@?({_HANDLE})(?:,?[ \t]+(?:#\d+|PR[ \t]*#?\d+|GH-\d+))+\)"),
+        ((1, USERNAME),),
+        0.8,
+        _credit_handle,
+        keywords=("#",),
+    ),  # fmt: skip
+    Rule(
+        "credit_handle",
+        re.compile(r"(?<![\w-])courtesy(?:[ \t]+of)?[ \t]+@?([a-z0-9][\w-]{1,38})\b(?![ \t]+[A-Z])"),
+        ((1, USERNAME),),
+        0.8,
+        _credit_handle,
+        anchor="courtesy",
+    ),  # fmt: skip
+    # AUTHORS lists: `- Jane Roe (jroe)`, `414nch4n <chanfung032@gmail.com>`.
+    Rule(
+        "listed_handle",
+        re.compile(rf"\(@?({_HANDLE})\)[ \t]*\r?$", re.MULTILINE),
+        ((1, USERNAME),),
+        0.8,
+        lambda match, text: _preceded_by(_LISTED_PERSON, match.start(), text, 120),
+        anchor="(",
+    ),  # fmt: skip
+    Rule(
+        "listed_handle",
+        re.compile(rf"(?m)^[ \t]*(?:[-*+•][ \t]+)?({_HANDLE})[ \t]*<[^<>@\s]+@[^<>\s]+>[ \t]*\r?$"),
+        ((1, USERNAME),),
+        0.8,
+        _listed_handle,
+        keywords=("@",),
+    ),  # fmt: skip
+    # `user = "jroe"`, `'USER': 'jroe'`, `praw_username=jroe`; and CVS/RCS's `$Id: ... 2000/09/07 22:29:26 jroe Exp $`.
+    Rule(
+        "user_value",
+        re.compile(
+            r"""(?im)(?<![\w-])(?:[\w-]*_)?(?:user(?:_?name)?|login)["'\]]?[ \t]*(?:=>|:=|[:=])[ \t]*"""
+            r"""(?:["'`]([^"'`\s{}%$<>=,]{2,64})["'`]|([A-Za-z0-9][\w.\-]{1,63})(?=[ \t]|\r?$))"""
+        ),
+        ((1, USERNAME), (2, USERNAME)),
+        0.7,
+        keywords=("user", "login"),
+    ),  # fmt: skip
+    Rule(
+        "rcs_id",
+        re.compile(rf"\$Id: [^$\n]*?\d{{4}}[/-]\d\d[/-]\d\d \d\d:\d\d:\d\dZ? ({_HANDLE}) (?:Exp|Stab|Rel)\b"),
+        ((1, USERNAME),),
+        0.9,
+        anchor="$Id",
+    ),  # fmt: skip
 ]
 
 
@@ -562,31 +780,45 @@ def _finds(lowered: str, place: NamePlace) -> Iterator[int]:
 def code_recognizers() -> list[EntityRecognizer]:
     """The recognizers for every file."""
     return [
-        RegexRecognizer("EmailPattern", [Rule("email", _EMAIL, ((0, EMAIL),), 0.9, _is_email)]),
+        RegexRecognizer("EmailPattern", [Rule("email", _EMAIL, ((0, EMAIL),), 0.9, _is_email, anchor="@")]),
         RegexRecognizer(
             "IpPattern",
             [
-                Rule("ipv4", _IPV4, ((1, IP_ADDRESS),), 0.85, _is_ipv4),
-                Rule("ipv6", _IPV6, ((1, IP_ADDRESS),), 0.85, _is_ipv6),
+                Rule("ipv4", _IPV4, ((1, IP_ADDRESS),), 0.85, _is_ipv4, anchor=_DOTTED_QUAD),
+                Rule("ipv6", _IPV6, ((1, IP_ADDRESS),), 0.85, _is_ipv6, anchor=_TWO_COLONS),
             ],
         ),
         RegexRecognizer(
             "KeyPattern",
             [
                 Rule("token", _TOKEN_RUN, ((NAMED, KEY),), 0.95, refine=_TOKENS),
-                Rule("slack_webhook", _SLACK_WEBHOOK, ((0, KEY),), 0.95),
-                Rule("private_key_block", _PRIVATE_KEY, ((3, KEY),), 0.99),
+                Rule("slack_webhook", _SLACK_WEBHOOK, ((0, KEY),), 0.95, anchor="hooks.slack.com"),
+                Rule("private_key_block", _PRIVATE_KEY, ((3, KEY),), 0.99, anchor="PRIVATE KEY"),
                 Rule("key_assignment", _QUOTED_LONG, ((0, KEY),), 0.8, _key_value),
                 Rule("bearer", _BEARER, ((1, KEY),), 0.85, _bearer_value),
                 Rule("bearer", _AUTHORIZATION, ((1, KEY),), 0.85, _bearer_value),
+                Rule(
+                    "env_key", _ENV_KEY, ((1, KEY),), 0.7, _config_key, keywords=("key", "secret", "token", "bearer")
+                ),
+                Rule("signing_key", _QUOTED_LONG, ((0, KEY),), 0.8, _signing_key, anchor=_SIGNING_LIBRARY),
             ],
         ),
         NameRecognizer(NAME_PLACES),
+        RegexRecognizer("HandlePattern", HANDLE_RULES),
         RegexRecognizer(
             "PasswordPattern",
             [
                 Rule("password_assignment", _QUOTED, ((0, PASSWORD),), 0.85, _password_value),
-                Rule("connection_string", _CONNECTION, ((1, USERNAME), (2, PASSWORD)), 0.9),
+                Rule("env_password", _ENV_PASSWORD, ((1, PASSWORD),), 0.75, _env_password, keywords=("pass", "pwd")),
+                Rule(
+                    "password_argument",
+                    _QUOTED,
+                    ((0, PASSWORD),),
+                    0.8,
+                    _called_with_password,
+                    keywords=("hash", "verify", "encrypt", "_password", "login", "authenticate", "checkpw"),
+                ),  # fmt: skip
+                Rule("connection_string", _CONNECTION, ((1, USERNAME), (2, PASSWORD)), 0.9, anchor="://"),
             ],
         ),
     ]

@@ -52,7 +52,7 @@ _EXAMPLE_DOMAIN = re.compile(
     r"bar\.(?:com|org)|host\.com|site\.com|somewhere\.com|dummy\.com|sample\.com)$"
 )
 _EXAMPLE_MAILBOX = re.compile(
-    r"(?i)^(?:user(?:name)?|name|email|e-?mail|your[._\-]?(?:email|name|mail|address)?|you|me|someone|somebody|"
+    r"(?i)^(?:user(?:name)?|name|email|e-?mail|your[._\-]?(?:email|name|mail|address)?|you|someone|somebody|"
     r"foo|bar|baz|test|tester|example|john\.?doe|jane\.?doe|first\.?last|firstname\.?lastname|"
     r"noreply|no-reply|do-?not-?reply|xxx+)$"
 )
@@ -63,7 +63,7 @@ _PLACEHOLDER = re.compile(
     r"(?i)^(?:\$\{?[\w.:\-]*\}?|\{\{?[^}]*\}?\}|<[^>]*>|%\(?\w*\)?s|\*+|x+|\.+|-+|#+|"
     r"(?:your|my|the|some|enter|insert|put|add)[_\- ]?\w*|\w*(?:placeholder|example|sample|dummy|changeme|"
     r"change[_\-]?me|redacted|replace[_\-]?me|todo|fixme|xxxx)\w*|password|passwd|secret|pass|test|none|null|"
-    r"true|false|undefined|empty|admin|root|guest|default)$"
+    r"true|false|undefined|empty|admin|root|guest|default|user(?:name)?|login|nobody)$"
 )
 
 
@@ -122,7 +122,7 @@ def _email_rule(value: str, text: str, start: int, end: int) -> str | None:
     mailbox, _, domain = value.rpartition("@")
     if _EXAMPLE_DOMAIN.search(domain) or _EXAMPLE_MAILBOX.match(mailbox) or _NOREPLY_DOMAIN.search(domain):
         return "email_example"
-    if mailbox == "git":  # `git@github.com:owner/repo.git`: the SSH user of a git remote, nobody's mailbox
+    if mailbox == "git" and text[end : end + 1] in (":", "/"):  # `git@github.com:owner/repo.git`: a remote's SSH user
         return "email_git_remote"
     if _LICENSE_LINE.search(_line_of(text, start, end)):
         return "email_license"
@@ -138,7 +138,7 @@ def spared_by(span: Span, text: str) -> str | None:
         return _ip_rule(value)
     if span.entity == EMAIL:
         return _email_rule(value, text, span.start, span.end)
-    if span.entity in (KEY, PASSWORD) and _PLACEHOLDER.match(value.strip()):
+    if span.entity in (KEY, PASSWORD, USERNAME) and _PLACEHOLDER.match(value.strip()):
         return "placeholder"
     if span.entity == KEY and "EXAMPLE" in value.upper():  # AWS's documented `wJalrXUtnFEMI/K7MDENG/...EXAMPLEKEY`
         return "key_example"
@@ -151,8 +151,10 @@ def spared_by(span: Span, text: str) -> str | None:
         if span.detector not in _VENDOR_FORMAT and _hash_context(text, span.start, span.end):
             return "key_hash"
         # Hex is a-f and digits: the English bigram model reads half of all random hex as words, so a hex value
-        # that a key-named variable, argument or header holds is a key on that context alone.
-        if not (span.detector in _KEY_CONTEXT and _HEX.fullmatch(value)) and not is_gibberish(value):
+        # that a key-named variable, argument or header holds is a key on that context alone; and a vendor's
+        # prefix (`SK` + 32 hex digits is a Twilio key) makes a key whatever the rest reads like.
+        vouched = span.detector in _VENDOR_FORMAT or (span.detector in _KEY_CONTEXT and _HEX.fullmatch(value))
+        if not vouched and not is_gibberish(value):
             return "key_not_gibberish"
     if span.entity == NAME and len(value.split()) < 2:
         return "name_one_word"
@@ -171,7 +173,9 @@ _HASH_WORDS = re.compile(
 )
 _HEX = re.compile(r"[0-9a-fA-F]+")
 # Key spans found by their context (a key-named assignment or argument, a config line, an Authorization header).
-_KEY_CONTEXT = frozenset({"pattern:key_assignment", "pattern:config_key", "pattern:bearer"})
+_KEY_CONTEXT = frozenset(
+    {"pattern:key_assignment", "pattern:config_key", "pattern:env_key", "pattern:signing_key", "pattern:bearer"}
+)
 # Vendor formats, whose prefix alone makes them keys (`ghp_...` next to `commit` is still a token).
 _VENDOR_FORMAT = frozenset(
     {
