@@ -10,7 +10,9 @@ as a runner gives them (reading and writing Parquet excluded), and the report gi
 the spans redacted per type and detector, and the spans spared per rule, for each set of detectors:
 `patterns` (the pattern recognizers alone), `both` (patterns plus the model on gated lines: the stage's
 default), `both, all lines` (the model on every line: slow, so give it a small --mb). `--device cuda` runs
-the model on a GPU; `--dump F` writes each model span with its line (for reading the model's precision by
+the model on a GPU; `--sample F` writes 100 redactions drawn at random (seed 0) from the default detectors' run,
+each with its file and line (for reading the stage's precision by eye); `--dump F` writes each model span with
+its line (for reading the model's precision by
 eye: F holds real secrets from the corpus, keep it out of the repository).
 
     python benchmarks/pii_throughput.py [--corpus heldout|dedup] [--mb 50] [--detectors patterns both] [--model DIR]
@@ -22,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import subprocess
 import time
 from collections import Counter
@@ -45,6 +48,7 @@ def measure(name: str, batches: list[pa.RecordBatch], size: int, args: argparse.
     stage = PiiStage(PiiConfig(batch_rows=args.batch_rows, **settings))
     stage(pa.Table.from_batches(batches[:1]))  # warm-up: tldextract, the gibberish model, the encoder
     redacted, detected_only, spared, by_detector = Counter(), Counter(), Counter(), Counter()
+    redactions: list[str] = []  # each redacted span with its line, for --sample
     seconds = 0.0
     for batch in batches:
         started = time.perf_counter()
@@ -53,9 +57,14 @@ def measure(name: str, batches: list[pa.RecordBatch], size: int, args: argparse.
         for (metric, _, reason), value in (out.stats or {}).items():
             counts = {"spans_redacted": redacted, "spans_detected_only": detected_only}.get(metric, spared)
             counts[reason] += int(value)
-        texts = batch.column("content").to_pylist()
-        for text, spans in zip(texts, out.kept.column("pii_spans").to_pylist(), strict=True):
+        texts, paths = batch.column("content").to_pylist(), batch.column("path").to_pylist()
+        for text, path, spans in zip(texts, paths, out.kept.column("pii_spans").to_pylist(), strict=True):
             by_detector.update(f"{s['detector']} {s['entity']}" for s in spans)
+            redactions += [
+                f"{path}\t{s['detector']}\t" + _dump_line(s["entity"], text, s)
+                for s in spans
+                if s["replacement"] is not None and s["column"] == "content"
+            ]
             if dump is not None:
                 dump.writelines(_dump_line(name, text, s) for s in spans if s["detector"].startswith("model:"))
     return {
@@ -63,9 +72,11 @@ def measure(name: str, batches: list[pa.RecordBatch], size: int, args: argparse.
         "seconds": round(seconds, 1),
         "mb_per_s_one_core": round(size / 1e6 / seconds, 3),
         "spans_redacted": dict(redacted.most_common()),
+        "redacted_per_mb": {entity: round(n / (size / 1e6), 2) for entity, n in redacted.most_common()},
         "spans_detected_only": dict(detected_only.most_common()),
         "spans_spared": dict(spared.most_common()),
         "spans_by_detector": dict(by_detector.most_common()),
+        "redactions": redactions,
     }
 
 
@@ -115,6 +126,7 @@ def main() -> None:
     parser.add_argument("--detectors", nargs="+", choices=list(DETECTORS), default=["patterns", "both"])
     parser.add_argument("--model", default="auto", help="model folder (default: the one shipped with stackcurate)")
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda")
+    parser.add_argument("--sample", help="write 100 random redactions with their lines here (not in the repository)")
     parser.add_argument("--dump", help="write the model's spans with their lines here (not in the repository)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pii_throughput.json"))
     parser.add_argument("--work", default=str(ROOT / "work" / "bench_pii"))
@@ -147,6 +159,12 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         **{name: measure(name, batches, size, args, dump) for name in args.detectors},
     }
+    redactions = result.get("both", {}).get("redactions", [])
+    for name in args.detectors:
+        result[name].pop("redactions")
+    if args.sample and redactions:
+        picked = random.Random(0).sample(redactions, min(100, len(redactions)))
+        Path(args.sample).write_text("".join(f"{i + 1}\t{line}" for i, line in enumerate(picked)))
     if dump is not None:
         dump.close()
     Path(args.out).write_text(json.dumps(result, indent=1))

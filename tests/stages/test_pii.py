@@ -49,8 +49,8 @@ def spared(detector: Detector, text: str) -> list[str]:
 
 
 def test_emails_in_comments_strings_and_headers(detector):
-    text = '# maintained by maria.lopez+dev@fastmail.fm\nsend_to("ops-team@bigcorp.co.uk")\n'
-    assert found(detector, text) == [("EMAIL", "maria.lopez+dev@fastmail.fm"), ("EMAIL", "ops-team@bigcorp.co.uk")]
+    text = '# maintained by maria.lopez+dev@fastmail.fm\nsend_to("k.tanaka@bigcorp.co.uk")\n'
+    assert found(detector, text) == [("EMAIL", "maria.lopez+dev@fastmail.fm"), ("EMAIL", "k.tanaka@bigcorp.co.uk")]
 
 
 def test_decorators_file_names_and_example_emails_are_not_redacted(detector):
@@ -588,7 +588,28 @@ def test_example_noreply_and_git_remote_addresses_are_not_redacted(detector):
         "pip install git+ssh://git@bitbucket.org/team/tool.git\n"
     )
     assert [value for entity, value in found(detector, text) if entity != "NAME"] == []  # names: their own tests
-    assert spared(detector, text) == ["email_example"] * 3 + ["email_git_remote"] * 3
+    # `git@bitbucket.org` after `ssh://` is the URL's user, no address at all
+    assert spared(detector, text) == ["email_example"] * 3 + ["email_git_remote"] * 2
+
+
+def test_protocol_names_templates_and_made_up_names_are_not_redacted(detector):
+    text = (
+        'assert "ssh-rsa-cert-v01@openssh.com" in algorithms\nx.global_request("keepalive@lag.net")\n'
+        '"Language-Team: LANGUAGE <LL@li.org>\\n"\nLast-Translator: John Doe <jd@example.com>\n'
+        'url = "http://[FEDC:BA98:7654:3210:FEDC:BA98:7654:3210]:80/index.html"\n'
+        'query = "?token=[Filtered]&session=[Filtered]"\nDu bon vin tous les jours\n'
+        "Author: Damien Miller <djm@openssh.com>\n"  # a person at the same domain: redacted
+        "maintainer_email = team@aiohttp.org\n"  # a project's address is an EMAIL in BigCode's scheme
+    )
+    assert found(detector, text) == [
+        ("NAME", "Damien Miller"), ("EMAIL", "djm@openssh.com"), ("EMAIL", "team@aiohttp.org")
+    ]  # fmt: skip
+    assert sorted(spared(detector, text)) == [
+        "email_example", "email_example", "email_protocol_name", "email_protocol_name", "ip_documentation",
+        "name_placeholder",
+    ]  # fmt: skip
+    lowercase = rules.Span("NAME", 11, 25, 0.9, "model:x")  # what the model once read as a name
+    assert rules.spared_by(lowercase, text[text.index("Du") :]) == "name_lowercase"
 
 
 def test_real_personal_data_next_to_what_is_spared_is_still_redacted(tmp_path: Path):

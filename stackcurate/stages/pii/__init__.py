@@ -77,6 +77,7 @@ SPANS_FIELD = pa.field("pii_spans", pa.list_(SPAN_TYPE))
 CONFIG_EXTENSIONS = frozenset(
     {"env", "ini", "cfg", "conf", "config", "properties", "yaml", "yml", "toml", "cnf", "npmrc", "pypirc", "netrc"}
 )
+TEMPLATE_SUFFIXES = frozenset({"example", "sample", "dist", "template", "tmpl", "default", "orig", "bak", "in"})
 CONFIG_LANGUAGES = frozenset({"INI", "YAML", "TOML", "Java Properties", "Dotenv", "Git Config", "Nginx"})
 
 # What StarCoder and StarCoder2 replaced (BD `pii/ner/pii_redaction/utils.py`: USERNAME and AMBIGUOUS are not
@@ -184,6 +185,8 @@ def is_config(path: str | None, extension: str | None, language: str | None) -> 
     """Whether a file's values may go unquoted: by enry language, extension, or a `.env*` name."""
     path = path or ""
     ext = (extension or extension_of(path)).lower()
+    if ext in TEMPLATE_SUFFIXES:  # `settings.yml.example`, `.env.sample`: the config file's template
+        ext = extension_of(path.rsplit(".", 1)[0]).lower()
     return language in CONFIG_LANGUAGES or ext in CONFIG_EXTENSIONS or path.rsplit("/", 1)[-1].startswith(".env")
 
 

@@ -161,7 +161,12 @@ _EMAIL = re.compile(
     r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
 )
-_URL_USER_BEFORE = re.compile(r"://[^\s/@:]*:$")
+# The `password@host` end of `scheme://user:password@host`, or of `user:password@host` in a string, or the
+# user of `scheme://user@host` (a Sentry DSN's key: `https://<key>@o1.ingest.sentry.io/1`).
+_URL_USER_BEFORE = re.compile(
+    r"(?:://|(?:://[^\s/@:]*|(?<![\w.+%-])(?!(?i:mailto|e-?mail|mail|contact|author|maintainer|from|to|cc|reply-to)\b)"
+    r"[\w.+%-]{1,32}):)$"
+)
 
 
 def _is_email(match: re.Match[str], text: str) -> bool:
@@ -184,7 +189,7 @@ def _tld_extract() -> Callable:
 
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 # Not inside a longer dotted number (OIDs, versions with 5 parts), and never including a `:port`.
-_IPV4 = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.\d|/\d)")  # a `/16` network is no host
+_IPV4 = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.\d|/(?!32\b)\d)")  # a `/16` network is no host
 _IPV6 = re.compile(r"(?<![\w:.])((?:[0-9A-Fa-f]{1,4}|:)?(?::[0-9A-Fa-f]{0,4}){2,7}(?:%\w+)?)(?![\w:])")
 _DOTTED_QUAD = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")  # anchors: what every match of the two above holds
 _TWO_COLONS = re.compile(r":[0-9A-Fa-f]{0,4}:")
@@ -313,8 +318,30 @@ _PASSWORD_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9]){_PASSWORD_WORDS}[\w\-]*{
 _CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")  # `USER_PASSWORD_AUTH = "USER_PASSWORD_AUTH"`: an enum, not a secret
 
 
+_SHORT_SECRET_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9])(?:[\w\-]*_)?secret{_ASSIGN}$")  # `secret`, `enable_secret`
+
+
 def _password_value(match: re.Match[str], text: str) -> bool:
-    return not _CONSTANT.fullmatch(match.group(0)) and _preceded_by(_PASSWORD_NAME_BEFORE, match.start(), text, 64)
+    """Assigned to a password's name; or to a `secret` and shorter than a key (a device's enable secret)."""
+    value, start = match.group(0), match.start()
+    if _CONSTANT.fullmatch(value):
+        return False
+    if _preceded_by(_PASSWORD_NAME_BEFORE, start, text, 64):
+        return True
+    return (
+        len(value) < 16
+        and any(not c.isalpha() for c in value)
+        and _preceded_by(_SHORT_SECRET_NAME_BEFORE, start, text, 64)
+    )
+
+
+# A URL's user that is a key: Sentry's DSN (`https://<32 hex>@o1.ingest.sentry.io/1`), tokens in git remotes.
+_URL_KEY = re.compile(r"://([A-Za-z0-9_\-]{20,})(?::[A-Za-z0-9_\-]*)?@[\w.\-]+")
+
+
+def _url_key(match: re.Match[str], _text: str) -> bool:
+    value = match.group(1)
+    return len(value) >= 32 and _HEX.fullmatch(value) is not None or _looks_random(value)
 
 
 # `scheme://user:password@host` (databases, brokers, basic auth in URLs).
@@ -327,7 +354,15 @@ def _config_line(words: str, value: str) -> re.Pattern[str]:
     return re.compile(rf"(?im)^[ \t]*(?:export[ \t]+)?[\w.\-]*{words}[\w.\-]*[ \t]*[=:][ \t]*({value})[ \t]*$")
 
 
-_CONFIG_PASSWORD = _config_line(_PASSWORD_WORDS, r"[^\s\"'#;,(){}\[\]$%<>]{3,}")
+_CONFIG_PASSWORD = _config_line(rf"(?:{_PASSWORD_WORDS}|secret)", r"[^\s\"'#;,(){}\[\]$%<>]{3,}")
+
+
+def _config_password(match: re.Match[str], _text: str) -> bool:
+    """A `secret` of 16 characters or more is a key (`SECRET_KEY=...`, the key rule's), shorter a password."""
+    name = match.group(0)[: match.start(1) - match.start(0)].lower()
+    return "secret" not in name or re.search(_PASSWORD_WORDS, name) is not None or len(match.group(1)) < 16
+
+
 # Outside config files: `SA_PASSWORD=...` in a shell line, `password=...` in a docs' config snippet, `?pass=...`
 # in a URL, the value unquoted right after `=`. Only values with a digit or a symbol and no code shape: not
 # `password=password`, `password=self.password`, `password=get(...)`.
@@ -402,7 +437,7 @@ _YEARS = r"(?:(?:19|20)\d\d(?:[ \t]*[-–—][ \t]*(?:(?:19|20)?\d\d|present|now
 # One item of a list of holders or authors: years, `by`, then a name (or anything else up to the next
 # separator: `Google LLC`, `Facebook, Inc.`), an email or URL in brackets, the closing quote.
 _ITEM = re.compile(
-    rf"""[ \t]*{_YEARS}(?:by[ \t]+)?\[?(?:(?P<name>{_PERSON})(?=[ \t]*(?:[,;&/<(."'\]\r]|and\b|\d|$))|"""
+    rf"""[ \t]*{_YEARS}(?:by[ \t]+)?\[?(?:(?P<name>{_PERSON})(?=[ \t]*(?:[,;&/<(."'\]\r]|and\b|\d|[\w.+-]+@|$))|"""
     r"""[^,;&\r\n<>()"'\]]+?(?=[ \t]*(?:[,;&/<("'\]\r]|and\b|$)))"""
     r"""[ \t]*(?:<[^<>\n]*>|\([^()\n]*\))?[ \t]*["']?""",
     re.MULTILINE,
@@ -519,7 +554,8 @@ NAME_PLACES = [
         "copyright",
         re.compile(
             r"(?i:(?<![\w-])copyright(?![\w-])|\(c\)|©|SPDX-File(?:CopyrightText|Contributor):)"
-            rf"""(?:[ \t:,="']*(?i:copyright(?![\w-])|\(c\)|©))*[ \t:,="']*{_REST}"""
+            rf"""(?:[ \t:,="']*(?i:copyright(?![\w-])|\(c\)|©))*[ \t:,="']*"""
+            rf"""(?:f?["']?\{{[^{{}}\n]{{0,60}}\}}[ \t,]*)?{_REST}"""  # Sphinx's `copyright = f"{year} Jane Roe"`
         ),
         ("copyright", "(c)", "©", "spdx-file"),
     ),
@@ -575,11 +611,33 @@ NAME_PLACES = [
         "credit",
         re.compile(
             r"(?i:(?<![\w-])(?:(?:many|special|big|huge)[ \t]+)?thanks(?:[ \t]+(?:go(?:es)?[ \t]+)?to|,)[ \t]+|"
-            r"(?<![\w-])courtesy(?:[ \t]+of)?[ \t]+|(?<![\w-])(?:reported|suggested|provided|fixed|patched|requested|"
-            rf"submitted|proposed|sponsored|funded|translated|debugged|diagnosed|investigated)[ \t]+by[ \t]+){_REST}"
+            r"(?<![\w-])(?:courtesy(?:[ \t]+of)?|props[ \t]+to|kudos[ \t]+to|credit[ \t]+to|fix(?:ed)?[ \t]+via)"
+            r"[ \t]+|(?<![\w-])(?:(?:original[ \t]+)?patch(?:es)?|review(?:ed)?)[ \t]+by[ \t]+|"
+            r"(?<![\w-])(?:reported|suggested|provided|fixed|patched|requested|submitted|proposed|sponsored|funded|"
+            rf"translated|debugged|diagnosed|investigated)[ \t]+by[ \t]+){_REST}"
         ),
-        ("thanks", "courtesy", " by "),
+        ("thanks", "courtesy", " by ", "props", "kudos", "credit", "via"),
         names=_credited_names,
+    ),
+    # Changelogs: `Jane Roe for the report`, `to Tom Li for the patch`.
+    NamePlace(
+        "credit_for",
+        re.compile(
+            rf"(?P<list>{_PERSON})[ \t]+for[ \t]+(?:(?:the|an?|his|her|their|initial|original|early)[ \t]+)*"
+            r"(?:bug[ \t]+)?(?:reports?|patch(?:es)?|fix(?:es)?|help|reviews?|contributions?|suggestions?|ideas?|"
+            r"implementation|pull[ \t]+requests?|PRs?|submitting|reporting|testing)\b"
+        ),
+        (" for ",),
+        names=lambda _text, start, end: iter([(start, end)]),
+    ),
+    # A name right before its forge handle: `- Jane Roe `@jroe <https://github.com/jroe>`_`, `Jane Roe, [@jroe](...)`.
+    NamePlace(
+        "name_handle",
+        re.compile(
+            rf"(?P<list>{_PERSON}),?[ \t]+(?:`@[\w-]+[ \t]*<|\[@[\w-]+\]\()https?://(?:www\.)?(?:github|gitlab)\.com/"
+        ),
+        ("github.com/", "gitlab.com/"),
+        names=lambda _text, start, end: iter([(start, end)]),
     ),
     # A name as the text of a link to its forge profile: `[Jane Roe](https://github.com/jroe)`, reStructuredText's
     # `` `Jane Roe <https://github.com/jroe>`_ ``.
@@ -598,6 +656,7 @@ NAME_PLACES = [
         re.compile(rf"(?P<list>{_PERSON})[ \t]*(?:<|\()[\w.+%-]+@[\w-]+(?:\.[\w-]+)+(?:>|\))"),
         ("@",),
         names=lambda _text, start, end: iter([(start, end)]),
+        check=lambda match, text: not _preceded_by(_LANGUAGE_TEAM, match.start(), text, 40),
     ),
     # AUTHORS and CONTRIBUTORS files, credits sections: the names one a line after the heading.
     NamePlace(
@@ -649,6 +708,7 @@ def _listed_handle(match: re.Match[str], _text: str) -> bool:
     return any(c.isdigit() for c in word) or word.islower() or any(c.isupper() for c in word[1:])
 
 
+_LANGUAGE_TEAM = re.compile(r"Language-Team:[ \t]*$")  # gettext headers name a team there, not a person
 _LISTED_PERSON = re.compile(rf"(?m)^[ \t]*(?:[-*+•][ \t]+)?{_PERSON}[ \t]*$")  # `- Jane Roe ` before `(jroe)`
 HANDLE_RULES = [
     # `[@jroe](https://github.com/jroe)`, `` `@jroe <https://github.com/jroe>`_ ``: the link says it is a handle.
@@ -794,7 +854,14 @@ def code_recognizers() -> list[EntityRecognizer]:
                 Rule("token", _TOKEN_RUN, ((NAMED, KEY),), 0.95, refine=_TOKENS),
                 Rule("slack_webhook", _SLACK_WEBHOOK, ((0, KEY),), 0.95, anchor="hooks.slack.com"),
                 Rule("private_key_block", _PRIVATE_KEY, ((3, KEY),), 0.99, anchor="PRIVATE KEY"),
-                Rule("key_assignment", _QUOTED_LONG, ((0, KEY),), 0.8, _key_value),
+                Rule(
+                    "key_assignment",
+                    _QUOTED_LONG,
+                    ((0, KEY),),
+                    0.8,
+                    _key_value,
+                    keywords=("key", "secret", "token", "bearer", "authorization"),  # the name is on the value's line
+                ),  # fmt: skip
                 Rule("bearer", _BEARER, ((1, KEY),), 0.85, _bearer_value),
                 Rule("bearer", _AUTHORIZATION, ((1, KEY),), 0.85, _bearer_value),
                 Rule(
@@ -808,7 +875,14 @@ def code_recognizers() -> list[EntityRecognizer]:
         RegexRecognizer(
             "PasswordPattern",
             [
-                Rule("password_assignment", _QUOTED, ((0, PASSWORD),), 0.85, _password_value),
+                Rule(
+                    "password_assignment",
+                    _QUOTED,
+                    ((0, PASSWORD),),
+                    0.85,
+                    _password_value,
+                    keywords=("pass", "pwd", "secret"),
+                ),
                 Rule("env_password", _ENV_PASSWORD, ((1, PASSWORD),), 0.75, _env_password, keywords=("pass", "pwd")),
                 Rule(
                     "password_argument",
@@ -818,6 +892,7 @@ def code_recognizers() -> list[EntityRecognizer]:
                     _called_with_password,
                     keywords=("hash", "verify", "encrypt", "_password", "login", "authenticate", "checkpw"),
                 ),  # fmt: skip
+                Rule("url_key", _URL_KEY, ((1, KEY),), 0.85, _url_key, anchor="://"),
                 Rule("connection_string", _CONNECTION, ((1, USERNAME), (2, PASSWORD)), 0.9, anchor="://"),
             ],
         ),
@@ -830,7 +905,7 @@ def config_recognizers() -> list[EntityRecognizer]:
         RegexRecognizer(
             "ConfigPattern",
             [
-                Rule("config_password", _CONFIG_PASSWORD, ((1, PASSWORD),), 0.8),
+                Rule("config_password", _CONFIG_PASSWORD, ((1, PASSWORD),), 0.8, _config_password),
                 Rule("config_key", _CONFIG_KEY, ((1, KEY),), 0.75, _config_key),
             ],
         )

@@ -31,6 +31,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from stackcurate.core.tables import read_name_list
 from stackcurate.stages.pii.entities import EMAIL, IP_ADDRESS, KEY, NAME, PASSWORD, USERNAME
@@ -56,14 +57,20 @@ _EXAMPLE_MAILBOX = re.compile(
     r"foo|bar|baz|test|tester|example|john\.?doe|jane\.?doe|first\.?last|firstname\.?lastname|"
     r"noreply|no-reply|do-?not-?reply|xxx+)$"
 )
+# SSH's algorithm and extension names look like addresses (`ssh-rsa-cert-v01@openssh.com`, `"zlib@openssh.com"`,
+# paramiko's `keepalive@lag.net`).
+_PROTOCOL_DOMAIN = re.compile(r"(?i)^(?:openssh\.com|libssh\.org|ssh\.com)$")
+_PROTOCOL_WORD = re.compile(r"(?i)^(?:zlib|keepalive|eow|limits|statvfs|fstatvfs|hardlink|fsync|lsetstat|ping|tun)$")
+_PROTOCOL_NAME = re.compile(r"(?i)^(?:\w+(?:-\w+)+)$")
 # Forges' no-reply domains (`12345+user@users.noreply.github.com`): commit metadata, not a way to reach anyone.
 _NOREPLY_DOMAIN = re.compile(r"(?i)(?:^|\.)no-?reply\.")
 _LICENSE_LINE = re.compile(r"(?i)copyright|\(c\)|©|licen[cs]e|all rights reserved|spdx")
 _PLACEHOLDER = re.compile(
-    r"(?i)^(?:\$\{?[\w.:\-]*\}?|\{\{?[^}]*\}?\}|<[^>]*>|%\(?\w*\)?s|\*+|x+|\.+|-+|#+|"
+    r"(?i)^(?:\$\{?[\w.:\-]*\}?|\{\{?[^}]*\}?\}|<[^>]*>|\[[\w ]*\]|%\(?\w*\)?s|\*+|x+|\.+|-+|#+|"
     r"(?:your|my|the|some|enter|insert|put|add)[_\- ]?\w*|\w*(?:placeholder|example|sample|dummy|changeme|"
     r"change[_\-]?me|redacted|replace[_\-]?me|todo|fixme|xxxx)\w*|password|passwd|secret|pass|test|none|null|"
-    r"true|false|undefined|empty|admin|root|guest|default|user(?:name)?|login|nobody)$"
+    r"true|false|undefined|empty|admin|root|guest|default|user(?:name)?|login|nobody|"
+    r"passwort|contrase[ñn]a|senha|wachtwoord|hasło|parola|lösenord|пароль|密码|パスワード)$"
 )
 
 
@@ -100,6 +107,20 @@ def is_gibberish(value: str) -> bool:
     return _gibberish().is_gibberish(value)
 
 
+# The examples of the IPv6 RFCs, copied into tests and docs ever since (RFC 2732, 4291), and 6bone's returned
+# test range (RFC 3701): not hosts anyone runs.
+_DOCUMENTED_IPS = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("fedc:ba98:7654:3210:fedc:ba98:7654:3210", "1080::8:800:200c:417a", "3ffe:2a00:100:7031::1")
+)
+_6BONE = ipaddress.ip_network("3ffe::/16")
+# Made-up names of docs and templates (BigCode's NAME_EXAMPLE).
+_PLACEHOLDER_NAMES = frozenset(
+    ("john doe", "jane doe", "john smith", "jane smith", "foo bar", "joe bloggs", "max mustermann", "erika mustermann",
+     "your name", "first last", "firstname lastname", "first name", "last name", "john q public", "joe user")
+)  # fmt: skip
+
+
 def _ip_rule(value: str) -> str | None:
     try:
         ip = ipaddress.ip_address(value.split("%", 1)[0])
@@ -109,6 +130,8 @@ def _ip_rule(value: str) -> str | None:
         return "ip_dns_server"
     if not ip.is_global or ip.is_multicast:
         return "ip_private"
+    if ip in _DOCUMENTED_IPS or (ip.version == 6 and ip in _6BONE):
+        return "ip_documentation"
     return None
 
 
@@ -120,8 +143,21 @@ def _line_of(text: str, start: int, end: int) -> str:
 
 def _email_rule(value: str, text: str, start: int, end: int) -> str | None:
     mailbox, _, domain = value.rpartition("@")
-    if _EXAMPLE_DOMAIN.search(domain) or _EXAMPLE_MAILBOX.match(mailbox) or _NOREPLY_DOMAIN.search(domain):
+    placeholder = value.lower() == "ll@li.org"  # gettext's template header: `Language-Team: LANGUAGE <LL@li.org>`
+    if (
+        placeholder
+        or _EXAMPLE_DOMAIN.search(domain)
+        or _EXAMPLE_MAILBOX.match(mailbox)
+        or _NOREPLY_DOMAIN.search(domain)
+    ):
         return "email_example"
+    quoted = text[start - 1 : start] in ("'", '"')
+    if (
+        _PROTOCOL_WORD.match(mailbox)
+        and (quoted or _PROTOCOL_DOMAIN.match(domain))
+        or (_PROTOCOL_DOMAIN.match(domain) and _PROTOCOL_NAME.match(mailbox))
+    ):
+        return "email_protocol_name"
     if mailbox == "git" and text[end : end + 1] in (":", "/"):  # `git@github.com:owner/repo.git`: a remote's SSH user
         return "email_git_remote"
     if _LICENSE_LINE.search(_line_of(text, start, end)):
@@ -129,10 +165,18 @@ def _email_rule(value: str, text: str, start: int, end: int) -> str | None:
     return None
 
 
+_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[0-7]{1,3}|.)")
+
+
+def _unescaped(value: str) -> str:
+    """`value` with its percent-escapes and backslash escapes read as one character each (`b"\\x02"`, `p%2d`)."""
+    return _ESCAPE.sub("?", unquote(value))
+
+
 def spared_by(span: Span, text: str) -> str | None:
     """The rule that spares `span` from redaction, or None."""
     value = text[span.start : span.end]
-    if len(value.strip()) <= 3:
+    if len(value.strip()) <= 3 or (span.entity == PASSWORD and len(_unescaped(value).strip()) <= 3):  # `p%2d`
         return "too_short"
     if span.entity == IP_ADDRESS:
         return _ip_rule(value)
@@ -158,6 +202,10 @@ def spared_by(span: Span, text: str) -> str | None:
             return "key_not_gibberish"
     if span.entity == NAME and len(value.split()) < 2:
         return "name_one_word"
+    if span.entity == NAME and value.lower() == value:  # `tous les jours`: people write their names capitalised
+        return "name_lowercase"
+    if span.entity == NAME and " ".join(value.lower().split()) in _PLACEHOLDER_NAMES:
+        return "name_placeholder"
     if span.entity == NAME and is_organisation(value, text[span.end : span.end + 40]):
         return "organisation"
     if span.entity == USERNAME:
@@ -174,7 +222,14 @@ _HASH_WORDS = re.compile(
 _HEX = re.compile(r"[0-9a-fA-F]+")
 # Key spans found by their context (a key-named assignment or argument, a config line, an Authorization header).
 _KEY_CONTEXT = frozenset(
-    {"pattern:key_assignment", "pattern:config_key", "pattern:env_key", "pattern:signing_key", "pattern:bearer"}
+    {
+        "pattern:key_assignment",
+        "pattern:config_key",
+        "pattern:env_key",
+        "pattern:signing_key",
+        "pattern:url_key",
+        "pattern:bearer",
+    }
 )
 # Vendor formats, whose prefix alone makes them keys (`ghp_...` next to `commit` is still a token).
 _VENDOR_FORMAT = frozenset(
