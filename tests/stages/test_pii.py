@@ -600,16 +600,18 @@ def test_protocol_names_templates_and_made_up_names_are_not_redacted(detector):
         'query = "?token=[Filtered]&session=[Filtered]"\nDu bon vin tous les jours\n'
         "Author: Damien Miller <djm@openssh.com>\n"  # a person at the same domain: redacted
         "maintainer_email = team@aiohttp.org\n"  # a project's address is an EMAIL in BigCode's scheme
+        "# Maintainer: docutils-develop@lists.sourceforge.net\nassert host == '1:2::2:2'\n"  # a list; reserved
     )
     assert found(detector, text) == [
         ("NAME", "Damien Miller"), ("EMAIL", "djm@openssh.com"), ("EMAIL", "team@aiohttp.org")
     ]  # fmt: skip
     assert sorted(spared(detector, text)) == [
-        "email_example", "email_example", "email_protocol_name", "email_protocol_name", "ip_documentation",
-        "name_placeholder",
+        "email_example", "email_example", "email_list", "email_protocol_name", "email_protocol_name",
+        "ip_documentation", "ip_private", "name_placeholder",
     ]  # fmt: skip
     lowercase = rules.Span("NAME", 11, 25, 0.9, "model:x")  # what the model once read as a name
     assert rules.spared_by(lowercase, text[text.index("Du") :]) == "name_lowercase"
+    assert rules.spared_by(rules.Span("NAME", 0, 5, 0.9, "model:x"), "王 伟 说") is None  # no capitals in Han
 
 
 def test_real_personal_data_next_to_what_is_spared_is_still_redacted(tmp_path: Path):
@@ -923,3 +925,98 @@ def test_base64_images_are_not_keys():
     start = text.index("iVBOR")
     span = rules.Span("KEY", start, text.index('",'), 0.95, "model:minilm-l3")
     assert rules.spared_by(span, text) == "key_image_data"
+
+
+# ---- idioms read off the real-file evaluation set (pii_model/real_files/) --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # names: initials and capitalised family names, CRLF files, Sphinx's `copyright =`, an email after a name
+        (" * Copyright(c) 2009-2013 TJ Holowaychuk\n", [("NAME", "TJ Holowaychuk")]),
+        ("# Copyright (c) 2009 Raymond Hettinger\r\n#\r\n", [("NAME", "Raymond Hettinger")]),
+        ('copyright = f"{datetime.now().year} Jeff Forcier"\n', [("NAME", "Jeff Forcier")]),
+        (":copyright: Copyright 2008 by Armin Ronacher.\n", [("NAME", "Armin Ronacher")]),
+        ("Copyright (c) 2019 Darcy Buskermolen  darcy@dbitech.ca\n", [("NAME", "Darcy Buskermolen")]),
+        ("Adrien CLERC <adrien@antipoul.fr>\n", [("NAME", "Adrien CLERC"), ("EMAIL", "adrien@antipoul.fr")]),
+        # credits in changelogs
+        ("  Pull request courtesy Sebastian Cao.\n", [("NAME", "Sebastian Cao")]),
+        ("Thanks, Jane Roe and Tom Li.\n", [("NAME", "Jane Roe"), ("NAME", "Tom Li")]),
+        ("  and to Kyle Meyer for submitting an early version of the patch.\n", [("NAME", "Kyle Meyer")]),
+        ("  Issue reported by Peter Eisentraut.\n", [("NAME", "Peter Eisentraut")]),
+        ("* [Kim Christie](https://github.com/lovelydinosaur) - The original\n", [("NAME", "Kim Christie")]),
+        (
+            "- Riley Gibbs `@rileyjohngibbs <https://github.com/rileyjohngibbs>`_\n",
+            [("NAME", "Riley Gibbs"), ("USERNAME", "rileyjohngibbs")],
+        ),
+        (
+            "- Chris McDonough, 2011/12/17\n- Michael Merickel, 2012/01/16\n- Damien Baty, 2012/10/25\n",
+            [("NAME", "Chris McDonough"), ("NAME", "Michael Merickel"), ("NAME", "Damien Baty")],
+        ),  # fmt: skip
+        # handles
+        ("* Read all available socket bytes (dpkp #1332)\n", [("USERNAME", "dpkp")]),
+        ("  -- by :user:`radez`.\n", [("USERNAME", "radez")]),
+        ("- Eliot Horowitz (erhx)\n", [("USERNAME", "erhx")]),  # the name, from an AUTHORS file's context
+        ("414nch4n <chanfung032@gmail.com>\n", [("USERNAME", "414nch4n"), ("EMAIL", "chanfung032@gmail.com")]),
+        ("        'USER': 'rmeyer93',\n", [("USERNAME", "rmeyer93")]),
+        ("$Id: UnixCrypt2.txt,v 1.1.1.1 2005/09/13 22:20:13 christos Exp $\n", [("USERNAME", "christos")]),
+        # secrets handed to APIs, in URLs, and as NAME=value
+        ('    >>> hash = pwd_context.hash("Lantern-2022")\n', [("PASSWORD", "Lantern-2022")]),
+        (
+            "var token = jwt.sign({ foo: 'bar' }, '56f0904dc08b702bc6c3e3da0532a877');\n",
+            [("KEY", "56f0904dc08b702bc6c3e3da0532a877")],
+        ),  # fmt: skip
+        (
+            'dsn="https://f5c49755d4692876aff5a082ab7d6b47@o1234.ingest.sentry.io/12"\n',
+            [("KEY", "f5c49755d4692876aff5a082ab7d6b47")],
+        ),  # fmt: skip
+        (
+            'new Redis("redis://:aAVnt4ureYU3vOhM6nSW@28.222.21.83:6380/4");\n',
+            [("PASSWORD", "aAVnt4ureYU3vOhM6nSW"), ("IP_ADDRESS", "28.222.21.83")],
+        ),  # fmt: skip
+        ('client = StripeClient("sk_test_QwyGFBn0fxCDtfWuEbmgUxJD")\n', [("KEY", "sk_test_QwyGFBn0fxCDtfWuEbmgUxJD")]),
+        ('api_key = "SK6c01ce105a0ad3ce633fedba12a7d70d"\n', [("KEY", "SK6c01ce105a0ad3ce633fedba12a7d70d")]),
+        ("tc filter add dev eth0 match ip dst 40.121.206.54/32 flowid 1:3\n", [("IP_ADDRESS", "40.121.206.54")]),
+        ('    "secret": "hoUTHrlZUw29",\n', [("PASSWORD", "hoUTHrlZUw29")]),
+        ("    auth_jira = JIRA(basic_auth=('username', '7VuihQHe6RHS#K'))\n", [("PASSWORD", "7VuihQHe6RHS#K")]),
+        ("    g = github3.login('sigmavirus24', 'Sparrow-Meadow-87')\n", [("PASSWORD", "Sparrow-Meadow-87")]),
+        (
+            "  factory = SignedCookieSessionFactory('tLFzYO19DUOoLAlhxiEYRHgqy/X62JudaRlzzzc5b5Q=')\n",
+            [("KEY", "tLFzYO19DUOoLAlhxiEYRHgqy/X62JudaRlzzzc5b5Q=")],
+        ),  # fmt: skip
+        (
+            "DSN = 'http://fbd8ae9c84e3b2cfd40ccec0d91f6daa:fcd2195f79fb2c9653887f44c2855889@sentry.io/1'\n",
+            [("KEY", "fbd8ae9c84e3b2cfd40ccec0d91f6daa"), ("KEY", "fcd2195f79fb2c9653887f44c2855889")],
+        ),  # fmt: skip
+        (
+            "        if token != 'e1EogwqvBJ9jUSpdTv8m36XVvWdc7aBVz2o7DROtqGY':\n",
+            [("KEY", "e1EogwqvBJ9jUSpdTv8m36XVvWdc7aBVz2o7DROtqGY")],
+        ),  # fmt: skip
+        ("* Officially support Python 3.15. Thanks @selwin!\n", [("USERNAME", "selwin")]),
+        (
+            "framework along with John Vrbanac (jmvrbanac), Vytautas Liuolia (vytas7),\n",
+            [("USERNAME", "jmvrbanac"), ("USERNAME", "vytas7")],
+        ),  # fmt: skip
+        ("//! author : forabi https://github.com/forabi\n", [("USERNAME", "forabi")]),
+    ],
+)
+def test_real_idioms_are_found(detector, text, expected):
+    assert found(detector, text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Sorted by Name\nx = hash("hello world")\nassert user.check_password("password")\n',
+        "(see #12) (fixes #3) (PR #758)\nPull request courtesy of the maintainers.\n",
+        'username = \'{{ user }}\'\nuser: str = "%s"\nlogin = "root"\n',
+        "key=lambda x: x[0]\ntoken = self.next()\npassword=self.password\n",
+        "git clone https://jroe@github.com/x/y.git\n",  # a URL's user is no email
+        "See {@link Foo} (@code x), decorated by @property\nJeffrey A. Clark (Alex)\nDevelopment Team (PyContribs)\n",
+        "auth=('user', 'password')\nresp.set_cookie(\"session_identifier_value_long\")\n",
+        "sender = 'errors@myapp.com'\nuser = {'email': 'john@doe.com'}\n",
+    ],
+)
+def test_look_alikes_of_those_idioms_are_not_found(detector, text):
+    assert found(detector, text) == []

@@ -3,13 +3,15 @@
 Detection is a presidio `AnalyzerEngine` with no spaCy model (`NoOpNlpEngine`: nothing to download) holding
 the recognizers of `recognizers.py`: emails, IPv4/IPv6 (ports excluded, version numbers not taken), keys
 and tokens (cloud, VCS, chat and payment tokens, JWTs, private-key blocks, random-looking values assigned to
-key-like names), passwords (assignments, connection strings, and unquoted values in config files); and the
-encoder model of `model.py` (shipped with the package, `shipped.py`; made by `stackcurate pii-model train`) for names,
-usernames, keys and passwords, on the lines with a person or secret context. The patterns also read each
+key-like names, signing keys), passwords (assignments, connection strings, hashing and login arguments, unquoted
+values in config files and `NAME=value`), names where code credits people and handles; and the encoder model
+of `model.py` (shipped with the package, `shipped.py`; made by `stackcurate pii-model train`) for the names and
+usernames in prose, on the lines with a person's context. The patterns also read each
 text's lines with escapes unescaped (`escapes.py`), so they see the code inside JSON strings (a raw
 notebook), string literals and `\\"` quotes. Then `rules.py` spares what StarCoder did not redact (short
-spans, private IPs and DNS servers, example and license emails, keys that read like words, one-word names,
-placeholders, and usernames inside a forge URL), a value found in one text of a file is also found wherever
+spans, private IPs and DNS servers, example, license, no-reply and list emails and SSH protocol names, keys
+that read like words, one-word, lowercase and made-up names, organisations, placeholders, and usernames inside
+a forge URL), a value found in one text of a file is also found wherever
 else it occurs in the file's texts, and `redact.py` replaces the spans of the types in `redact` with
 `<EMAIL>`, `<KEY>`, `<PASSWORD>`, `<NAME>`, `<USERNAME>`, and IPs with a fixed private pool.
 

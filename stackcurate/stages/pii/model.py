@@ -41,7 +41,7 @@ IGNORE = -100  # label of special tokens (ignored by the loss)
 NAME_JOINERS = "-'’"
 
 # At-words of languages and doc comments, not handles: make/batch, CSS/SCSS, JSDoc/Javadoc, test decorators.
-_AT_WORDS = (
+AT_WORDS = (
     r"(?:echo|rm|media|include|import|mixin|extend|font-face|keyframes|supports|param|returns?|raises?|throws?|"
     r"type|see|since|example|deprecated|override|name|host|pre|given|settings|property|staticmethod|"
     r"classmethod|dataclass|jupyter|types|babel)\b"
@@ -53,7 +53,7 @@ _AT_WORDS = (
 _PEOPLE = (
     r"(?i:author|thank|signed-off|contact|credit|(?:todo|fixme)\((?!\))|twitter|reviewed|reported|assignee)"
     r"|(?i:user(?:_?name)?|login)[\"'\]]?[^\S\n]*[:=]"  # `user=...`, `"username": ...`
-    r"|(?<![\w.+\-])@(?!" + _AT_WORDS + r")\w[\w\-]*\b(?!\.\w|/|\()"  # `@handle`: not an email,
+    r"|(?<![\w.+\-])@(?!" + AT_WORDS + r")\w[\w\-]*\b(?!\.\w|/|\()"  # `@handle`: not an email,
     r"|\b[Bb]y:?[^\S\n]+[^\W\d_a-z]"  # a decorator, `@scope/package` or `@media`; `by Name` (a capital or non-Latin)
 )
 # A secret's word next to a value-like run.

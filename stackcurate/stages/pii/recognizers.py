@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 from presidio_analyzer.nlp_engine import NlpArtifacts
 
+from stackcurate.stages.pii import rules
 from stackcurate.stages.pii.entities import DETECTOR, EMAIL, ENTITIES, IP_ADDRESS, KEY, NAME, PASSWORD, USERNAME
+from stackcurate.stages.pii.model import AT_WORDS
 
 if TYPE_CHECKING:
     from stackcurate.stages.pii.model import EncoderModel
@@ -249,7 +251,7 @@ _PRIVATE_KEY = re.compile(
     r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY((?: BLOCK)?)-----\s*\n(.+?)\n\s*-----END \1PRIVATE KEY\2-----", re.DOTALL
 )
 # `name = "`, `"name": "`, `name: '`, `name := "`, `$name => '`, `[name] = "` on one line.
-_ASSIGN = r"""["'`]?\]?[ \t]*(?::=|=>|=|:)[ \t]*[rbuf]?["'`]"""
+_ASSIGN = r"""["'`]?\]?[ \t]*(?::=|=>|[=!]==?|=|:)[ \t]*[rbuf]?["'`]"""
 _KEY_WORDS = (
     r"(?:api[_\-.]?key|apikey|secret(?:[_\-.]?key)?|access[_\-.]?key|auth[_\-.]?(?:key|token)|"
     r"access[_\-.]?token|refresh[_\-.]?token|bearer|client[_\-.]?secret|private[_\-.]?key|token|"
@@ -336,12 +338,14 @@ def _password_value(match: re.Match[str], text: str) -> bool:
 
 
 # A URL's user that is a key: Sentry's DSN (`https://<32 hex>@o1.ingest.sentry.io/1`), tokens in git remotes.
-_URL_KEY = re.compile(r"://([A-Za-z0-9_\-]{20,})(?::[A-Za-z0-9_\-]*)?@[\w.\-]+")
+_URL_KEY = re.compile(r"://([A-Za-z0-9_\-]{20,})(?::([A-Za-z0-9_\-]{20,}))?@[\w.\-]+")
 
 
 def _url_key(match: re.Match[str], _text: str) -> bool:
-    value = match.group(1)
-    return len(value) >= 32 and _HEX.fullmatch(value) is not None or _looks_random(value)
+    return all(
+        value is None or (len(value) >= 32 and _HEX.fullmatch(value) is not None) or _looks_random(value)
+        for value in match.groups()
+    )
 
 
 # `scheme://user:password@host` (databases, brokers, basic auth in URLs).
@@ -375,12 +379,25 @@ _ENV_KEY = re.compile(rf"(?im)(?<![\w-])[\w.\-]*?{_KEY_WORDS}[\w.\-]*=([A-Za-z0-
 # `user.set_password("...")`, `check_password_hash(h, "...")`), and one handed to a JWT or HMAC library as its
 # signing key is a key (`jwt.encode(payload, "...")`, `jwt.sign({...}, '...')`).
 _PASSWORD_CALL_BEFORE = re.compile(
-    r"(?:\.(?:hash|verify|encrypt|genhash|hashpw|checkpw|set_password|check_password|login|authenticate)|"
+    r"(?:\.(?:hash|verify|encrypt|genhash|hashpw|checkpw|set_password|check_password)|"
     r"\b(?:make_password|check_password|generate_password_hash|check_password_hash|hashpw|checkpw))"
     r"\([^()\n]{0,80}?(?:,[ \t]*)?[bu]?$"
 )
-_SIGNING_LIBRARY = re.compile(r"\b(?:jwt|jws|jwe|jose|hmac)\.")
-_SIGNING_CALL_BEFORE = re.compile(r"\b(?:jwt|jws|jwe|jose|hmac)\.(?:encode|decode|sign|verify|new)\([^;]{0,300}$")
+_PAIR_WORDS = ("auth", "credential", "login", "authenticate")
+_SIGNING_LIBRARY = re.compile(
+    r"\b(?:jwt|jws|jwe|jose|hmac)\.|Cookie\w*\(|SessionFactory\(|Signer\(|Serializer\(|Fernet\(|HMAC\("
+)
+# The second of a (user, secret) pair: `auth=("admin", "...")`, `basic_auth=(...)`, `credentials=(...)`,
+# `login("jroe", "...")`, `Auth.Login("jroe", "...")`, `HTTPBasicAuth("jroe", "...")`.
+_PAIR_BEFORE = re.compile(
+    r"(?i)(?:\b(?:\w*_)?(?:auth|credentials?)[ \t]*[=:][ \t]*[(\[]|"
+    r"\b(?:login|authenticate|basicauth|httpbasicauth|httpdigestauth)[ \t]*\()"
+    r"""[ \t]*[bu]?["'][^"'\n]{1,80}["'][ \t]*,[ \t]*[bu]?$"""
+)
+_SIGNING_CALL_BEFORE = re.compile(
+    r"(?:\b(?:jwt|jws|jwe|jose|hmac)\.(?:encode|decode|sign|verify|new)\([^;]{0,300}|"
+    r"\b\w*(?:Cookie\w*|SessionFactory|Signer|Serializer|Fernet|HMAC)\([ \t]*(?:secret[ \t]*=[ \t]*)?[bu]?[\"'])$"
+)  # and a random literal handed to a signed-cookie or signer helper: `SignedCookieSessionFactory("...")`
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _CONFIG_KEY = _config_line(_KEY_WORDS, r"[A-Za-z0-9+/=_\-.~]{16,}")
 
@@ -396,6 +413,23 @@ def _called_with_password(match: re.Match[str], text: str) -> bool:
         and any(not c.isalpha() for c in value)
         and _preceded_by(_PASSWORD_CALL_BEFORE, match.start() - 1, text, 100)
     )
+
+
+def _paired_secret(match: re.Match[str], text: str) -> bool:
+    """The second of a (user, secret) pair, shorter than a key or not random (the key rule takes the rest)."""
+    value = match.group(0)
+    return (
+        len(value) >= 6
+        and any(not c.isalpha() for c in value)
+        and not (len(value) >= 20 and _looks_random(value))
+        and _preceded_by(_PAIR_BEFORE, match.start() - 1, text, 120)
+    )
+
+
+def _paired_key(match: re.Match[str], text: str) -> bool:
+    """A (user, token) pair's token: 20 characters or more, random (`basic_auth=("email", "<api token>")`)."""
+    value = match.group(0)
+    return len(value) >= 20 and _looks_random(value) and _preceded_by(_PAIR_BEFORE, match.start() - 1, text, 120)
 
 
 def _signing_key(match: re.Match[str], text: str) -> bool:
@@ -689,6 +723,12 @@ NAME_PLACES = [
 # GitHub's shape: letters, digits and dashes, at most 39.
 _HANDLE = r"[A-Za-z0-9](?:[\w-]{0,38})"
 _FORGE = r"https?://(?:www\.)?(?:github|gitlab)\.com/"
+# JSDoc, Javadoc and Doxygen tags that prose puts after `(` or `,` (`{@link Foo}`, `(@code x)`): not handles.
+_DOC_TAGS = (
+    r"(?:link|linkplain|code|inheritdoc|author|version|value|internal|private|public|protected|static|const|"
+    r"callback|typedef|class|module|file|license|namespace|memberof|abstract|async|event|summary|description|"
+    r"ignore|interface|implements|extends|exports|readonly|requires|yields|enum|function|brief|ref|c|p|a|b)\b"
+)
 # Words that sit where a credit's handle does (`(see #12)`, `(fixes #3)`), not handles.
 _NOT_HANDLES = frozenset(
     "see fix fixes fixed close closes closed resolve resolves resolved issue issues pr prs pull bug bugs ref refs "
@@ -709,7 +749,15 @@ def _listed_handle(match: re.Match[str], _text: str) -> bool:
 
 
 _LANGUAGE_TEAM = re.compile(r"Language-Team:[ \t]*$")  # gettext headers name a team there, not a person
-_LISTED_PERSON = re.compile(rf"(?m)^[ \t]*(?:[-*+•][ \t]+)?{_PERSON}[ \t]*$")  # `- Jane Roe ` before `(jroe)`
+_PERSON_BEFORE = re.compile(rf"{_PERSON}[ \t]*$")  # `Jane Roe ` before `(jroe)`
+
+
+def _person_handle(match: re.Match[str], text: str) -> bool:
+    """`(jroe)` right after a person's name (`John Vrbanac (jmvrbanac)`), shaped like a handle, not a nickname."""
+    before = _PERSON_BEFORE.search(text, max(0, match.start() - 120), match.start())
+    return before is not None and not rules.is_organisation(before.group(0).strip()) and _listed_handle(match, text)
+
+
 HANDLE_RULES = [
     # `[@jroe](https://github.com/jroe)`, `` `@jroe <https://github.com/jroe>`_ ``: the link says it is a handle.
     Rule("handle_link", re.compile(rf"\[@({_HANDLE})\]\({_FORGE}\1/?\)"), ((1, USERNAME),), 0.9, anchor="@"),
@@ -733,22 +781,38 @@ HANDLE_RULES = [
         _credit_handle,
         anchor="courtesy",
     ),  # fmt: skip
-    # AUTHORS lists: `- Jane Roe (jroe)`, `414nch4n <chanfung032@gmail.com>`.
+    # Credits and AUTHORS lists: `- Jane Roe (jroe)`, `John Vrbanac (jmvrbanac), ...`, `414nch4n <chan@x.com>`
+    # (also after `Copyright 2019`).
+    Rule("listed_handle", re.compile(rf"\(@?({_HANDLE})\)"), ((1, USERNAME),), 0.8, _person_handle, anchor="("),
     Rule(
         "listed_handle",
-        re.compile(rf"\(@?({_HANDLE})\)[ \t]*\r?$", re.MULTILINE),
-        ((1, USERNAME),),
-        0.8,
-        lambda match, text: _preceded_by(_LISTED_PERSON, match.start(), text, 120),
-        anchor="(",
-    ),  # fmt: skip
-    Rule(
-        "listed_handle",
-        re.compile(rf"(?m)^[ \t]*(?:[-*+•][ \t]+)?({_HANDLE})[ \t]*<[^<>@\s]+@[^<>\s]+>[ \t]*\r?$"),
+        re.compile(
+            rf"(?m)^[ \t#*/]*(?:[-*+•][ \t]+)?(?:Copyright[ \t]+(?:\([cC]\)[ \t]+)?[\d, -]+[ \t]+)?({_HANDLE})[ \t]*"
+            r"<[^<>@\s]+@[^<>\s]+>[ \t]*\r?$"
+        ),
         ((1, USERNAME),),
         0.8,
         _listed_handle,
         keywords=("@",),
+    ),  # fmt: skip
+    # `Thanks @jroe!`, `by @jroe`, `#5906 @jroe`, `(@jroe)`, `@jroe and @tli`: a handle where a changelog credits.
+    Rule(
+        "credit_handle",
+        re.compile(
+            r"(?:(?<![\w-])(?i:thanks(?:[ \t]+to)?|thank[ \t]+you|by|from|cc|and|props[ \t]+to|kudos[ \t]+to)[ \t]+|"
+            rf"[(,][ \t]*|#\d+[ \t]+)@(?!{AT_WORDS}|{_DOC_TAGS})({_HANDLE})(?![\w-]|\.\w|/|\()"
+        ),
+        ((1, USERNAME),),
+        0.8,
+        anchor="@",
+    ),  # fmt: skip
+    # A handle next to its own profile: `//! author : forabi https://github.com/forabi`.
+    Rule(
+        "handle_link",
+        re.compile(rf"(?<![\w@/.-])({_HANDLE})[ \t:]*<?{_FORGE}\1/?(?![\w-])"),
+        ((1, USERNAME),),
+        0.9,
+        anchor="github.com/",
     ),  # fmt: skip
     # `user = "jroe"`, `'USER': 'jroe'`, `praw_username=jroe`; and CVS/RCS's `$Id: ... 2000/09/07 22:29:26 jroe Exp $`.
     Rule(
@@ -868,6 +932,7 @@ def code_recognizers() -> list[EntityRecognizer]:
                     "env_key", _ENV_KEY, ((1, KEY),), 0.7, _config_key, keywords=("key", "secret", "token", "bearer")
                 ),
                 Rule("signing_key", _QUOTED_LONG, ((0, KEY),), 0.8, _signing_key, anchor=_SIGNING_LIBRARY),
+                Rule("paired_key", _QUOTED_LONG, ((0, KEY),), 0.8, _paired_key, keywords=_PAIR_WORDS),
             ],
         ),
         NameRecognizer(NAME_PLACES),
@@ -890,9 +955,10 @@ def code_recognizers() -> list[EntityRecognizer]:
                     ((0, PASSWORD),),
                     0.8,
                     _called_with_password,
-                    keywords=("hash", "verify", "encrypt", "_password", "login", "authenticate", "checkpw"),
+                    keywords=("hash", "verify", "encrypt", "_password", "checkpw"),
                 ),  # fmt: skip
-                Rule("url_key", _URL_KEY, ((1, KEY),), 0.85, _url_key, anchor="://"),
+                Rule("paired_password", _QUOTED, ((0, PASSWORD),), 0.8, _paired_secret, keywords=_PAIR_WORDS),
+                Rule("url_key", _URL_KEY, ((1, KEY), (2, KEY)), 0.95, _url_key, anchor="://"),
                 Rule("connection_string", _CONNECTION, ((1, USERNAME), (2, PASSWORD)), 0.9, anchor="://"),
             ],
         ),
