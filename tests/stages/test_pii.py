@@ -1016,6 +1016,9 @@ def test_real_idioms_are_found(detector, text, expected):
         "See {@link Foo} (@code x), decorated by @property\nJeffrey A. Clark (Alex)\nDevelopment Team (PyContribs)\n",
         "auth=('user', 'password')\nresp.set_cookie(\"session_identifier_value_long\")\n",
         "sender = 'errors@myapp.com'\nuser = {'email': 'john@doe.com'}\n",
+        # URL-parsing tests and made-up addresses: escaped passwords, `:` in a password, 1.2.3.4-like IPs
+        'u = URL("//user:pas:and:more@host")\nx = "http://u:pass%25word@example.com/"\nkey_password=key_password,\n',
+        'assert addr == "16.17.18.19"\nallow = ["192.0.0.9/32"]\n<a href="https://hachyderm.io/@cov">@cov@hachyderm.io</a>\n',
     ],
 )
 def test_look_alikes_of_those_idioms_are_not_found(detector, text):

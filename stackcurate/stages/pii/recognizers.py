@@ -47,9 +47,10 @@ class Rule:
         refine: Searched inside each candidate (the spans' groups then refer to it): a fast, simple `regex`
             finds the few places worth the slow one. A rule with `refine` has no `check` (whose match is
             one of `text`).
-        anchor: What every match holds, a string or a fast regex: a text without it skips the rule. Python's
-            `re` scans a pattern that opens with a lookbehind or an alternation at a few MB/s; `in` and a
-            plain regex run 10 to 100 times faster, and most files hold no `@`, no `://`, no dotted quad.
+        anchor: What every match holds (a string, one of several, or a fast regex): a text without it skips
+            the rule. Python's `re` scans a pattern that opens with a lookbehind or an alternation at a few MB/s;
+            `in` and a plain regex run 10 to 100 times faster, and most files hold no `@`, no `://`, no dotted
+            quad.
         keywords: Lowercase words, one of which is on every line a match starts on: the regex runs on those
             lines only (for the patterns that open with a name like `[\w-]*password`, which `re` cannot scan
             fast). Such a rule's matches lie within one line.
@@ -61,7 +62,7 @@ class Rule:
     score: float = 0.9
     check: Callable[[re.Match[str], str], bool] | None = None
     refine: re.Pattern[str] | None = None
-    anchor: str | re.Pattern[str] | None = None
+    anchor: str | tuple[str, ...] | re.Pattern[str] | None = None
     keywords: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -85,9 +86,7 @@ class RegexRecognizer(EntityRecognizer):
         for rule in self.rules:
             if entities and not any(entity in entities for _, entity in rule.spans):
                 continue
-            if rule.anchor is not None and not (
-                rule.anchor in text if isinstance(rule.anchor, str) else rule.anchor.search(text)
-            ):
+            if rule.anchor is not None and not _has_anchor(rule.anchor, text):
                 continue
             if rule.keywords:
                 lowered = _lowered(text) if lowered is None else lowered
@@ -119,6 +118,14 @@ class RegexRecognizer(EntityRecognizer):
                     result.recognition_metadata = metadata
                     results.append(result)
         return results
+
+
+def _has_anchor(anchor: str | tuple[str, ...] | re.Pattern[str], text: str) -> bool:
+    if isinstance(anchor, str):
+        return anchor in text
+    if isinstance(anchor, tuple):
+        return any(literal in text for literal in anchor)
+    return anchor.search(text) is not None
 
 
 def _lowered(text: str) -> str:
@@ -174,7 +181,9 @@ _URL_USER_BEFORE = re.compile(
 def _is_email(match: re.Match[str], text: str) -> bool:
     """The domain ends in a real public suffix (`foo@2x.png` is a file name, not an email), and it is not the
     `password@host` end of a `scheme://user:password@host` URL."""
-    if _preceded_by(_URL_USER_BEFORE, match.start(), text, 80):
+    if text[match.start() - 1 : match.start()] in (":", "/") and _preceded_by(
+        _URL_USER_BEFORE, match.start(), text, 80
+    ):
         return False
     return bool(_tld_extract()(match.group(0).rsplit("@", 1)[1]).suffix)
 
@@ -349,7 +358,7 @@ def _url_key(match: re.Match[str], _text: str) -> bool:
 
 
 # `scheme://user:password@host` (databases, brokers, basic auth in URLs).
-_CONNECTION = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{0,64}):([^@/\s'\"<>{}]{3,128})@[\w.\-\[\]]+")
+_CONNECTION = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{0,64}):([^@/\s'\"<>{}:]{3,128})@[\w.\-\[\]]+")
 
 
 def _config_line(words: str, value: str) -> re.Pattern[str]:
@@ -384,8 +393,18 @@ _PASSWORD_CALL_BEFORE = re.compile(
     r"\([^()\n]{0,80}?(?:,[ \t]*)?[bu]?$"
 )
 _PAIR_WORDS = ("auth", "credential", "login", "authenticate")
-_SIGNING_LIBRARY = re.compile(
-    r"\b(?:jwt|jws|jwe|jose|hmac)\.|Cookie\w*\(|SessionFactory\(|Signer\(|Serializer\(|Fernet\(|HMAC\("
+_SIGNING_LIBRARY = (
+    "jwt.",
+    "jws.",
+    "jwe.",
+    "jose.",
+    "hmac.",
+    "Cookie",
+    "SessionFactory(",
+    "Signer(",
+    "Serializer(",
+    "Fernet(",
+    "HMAC(",
 )
 # The second of a (user, secret) pair: `auth=("admin", "...")`, `basic_auth=(...)`, `credentials=(...)`,
 # `login("jroe", "...")`, `Auth.Login("jroe", "...")`, `HTTPBasicAuth("jroe", "...")`.
@@ -440,8 +459,9 @@ def _signing_key(match: re.Match[str], text: str) -> bool:
 
 
 def _env_password(match: re.Match[str], _text: str) -> bool:
+    """A digit or a symbol, and no code's shape (`key_password=key_password`, `password=self.password`)."""
     value = match.group(1)
-    return any(not c.isalpha() for c in value) and not _DOTTED_NAME.fullmatch(value)
+    return any(not c.isalpha() and c != "_" for c in value) and not _DOTTED_NAME.fullmatch(value)
 
 
 # --- person names -------------------------------------------------------------------------------------------
@@ -492,6 +512,13 @@ def _listed_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
         if separator is None:
             return
         start = separator.end()
+
+
+def _name_before(text: str, end: int) -> Iterator[tuple[int, int]]:
+    """The name that ends at `end` (`Jane Roe` of `Jane Roe for the patch`), if one does."""
+    name = _PERSON_BEFORE.search(text, max(0, end - 100), end)
+    if name is not None:
+        yield name.start(), name.start() + len(name.group(0).rstrip())
 
 
 _AND = re.compile(r"[ \t]*(?:,[ \t]*(?:and[ \t]+)?|and[ \t]+|&[ \t]*)")
@@ -657,12 +684,12 @@ NAME_PLACES = [
     NamePlace(
         "credit_for",
         re.compile(
-            rf"(?P<list>{_PERSON})[ \t]+for[ \t]+(?:(?:the|an?|his|her|their|initial|original|early)[ \t]+)*"
+            r"(?P<list>)[ \t]+for[ \t]+(?:(?:the|an?|his|her|their|initial|original|early)[ \t]+)*"
             r"(?:bug[ \t]+)?(?:reports?|patch(?:es)?|fix(?:es)?|help|reviews?|contributions?|suggestions?|ideas?|"
             r"implementation|pull[ \t]+requests?|PRs?|submitting|reporting|testing)\b"
         ),
         (" for ",),
-        names=lambda _text, start, end: iter([(start, end)]),
+        names=lambda text, start, _end: _name_before(text, start),
     ),
     # A name right before its forge handle: `- Jane Roe `@jroe <https://github.com/jroe>`_`, `Jane Roe, [@jroe](...)`.
     NamePlace(
@@ -750,12 +777,19 @@ def _listed_handle(match: re.Match[str], _text: str) -> bool:
 
 _LANGUAGE_TEAM = re.compile(r"Language-Team:[ \t]*$")  # gettext headers name a team there, not a person
 _PERSON_BEFORE = re.compile(rf"{_PERSON}[ \t]*$")  # `Jane Roe ` before `(jroe)`
+# What comes before a credited `@jroe`: `Thanks `, `by `, `and `, `(`, `, `, `#5906 `.
+_CREDIT_BEFORE = re.compile(
+    r"(?:(?<![\w-])(?i:thanks(?:[ \t]+to)?|thank[ \t]+you|by|from|cc|and|props[ \t]+to|kudos[ \t]+to)[ \t]+|"
+    r"[(,][ \t]*|#\d+[ \t]+)$"
+)
 
 
 def _person_handle(match: re.Match[str], text: str) -> bool:
     """`(jroe)` right after a person's name (`John Vrbanac (jmvrbanac)`), shaped like a handle, not a nickname."""
+    if not _listed_handle(match, text):
+        return False
     before = _PERSON_BEFORE.search(text, max(0, match.start() - 120), match.start())
-    return before is not None and not rules.is_organisation(before.group(0).strip()) and _listed_handle(match, text)
+    return before is not None and not rules.is_organisation(before.group(0).strip())
 
 
 HANDLE_RULES = [
@@ -783,7 +817,9 @@ HANDLE_RULES = [
     ),  # fmt: skip
     # Credits and AUTHORS lists: `- Jane Roe (jroe)`, `John Vrbanac (jmvrbanac), ...`, `414nch4n <chan@x.com>`
     # (also after `Copyright 2019`).
-    Rule("listed_handle", re.compile(rf"\(@?({_HANDLE})\)"), ((1, USERNAME),), 0.8, _person_handle, anchor="("),
+    Rule(
+        "listed_handle", re.compile(rf" \(@?({_HANDLE})\)"), ((1, USERNAME),), 0.8, _person_handle, anchor=" ("
+    ),  # fmt: skip
     Rule(
         "listed_handle",
         re.compile(
@@ -798,12 +834,10 @@ HANDLE_RULES = [
     # `Thanks @jroe!`, `by @jroe`, `#5906 @jroe`, `(@jroe)`, `@jroe and @tli`: a handle where a changelog credits.
     Rule(
         "credit_handle",
-        re.compile(
-            r"(?:(?<![\w-])(?i:thanks(?:[ \t]+to)?|thank[ \t]+you|by|from|cc|and|props[ \t]+to|kudos[ \t]+to)[ \t]+|"
-            rf"[(,][ \t]*|#\d+[ \t]+)@(?!{AT_WORDS}|{_DOC_TAGS})({_HANDLE})(?![\w-]|\.\w|/|\()"
-        ),
+        re.compile(rf"@(?!{AT_WORDS}|{_DOC_TAGS})({_HANDLE})(?![\w-]|\.\w|/|\()"),
         ((1, USERNAME),),
         0.8,
+        lambda match, text: _preceded_by(_CREDIT_BEFORE, match.start(), text, 24),
         anchor="@",
     ),  # fmt: skip
     # A handle next to its own profile: `//! author : forabi https://github.com/forabi`.
@@ -812,7 +846,7 @@ HANDLE_RULES = [
         re.compile(rf"(?<![\w@/.-])({_HANDLE})[ \t:]*<?{_FORGE}\1/?(?![\w-])"),
         ((1, USERNAME),),
         0.9,
-        anchor="github.com/",
+        keywords=("github.com/", "gitlab.com/"),
     ),  # fmt: skip
     # `user = "jroe"`, `'USER': 'jroe'`, `praw_username=jroe`; and CVS/RCS's `$Id: ... 2000/09/07 22:29:26 jroe Exp $`.
     Rule(

@@ -51,7 +51,7 @@ _EXAMPLE_DOMAIN = re.compile(
     r"(?i)(?:^|\.)(?:example\.(?:com|net|org|edu)|example|test|invalid|localhost|local|domain\.(?:com|org|net)|"
     r"email\.com|mail\.com|company\.com|yourdomain\.\w+|yourcompany\.\w+|acme\.(?:com|org)|foo\.(?:com|org|bar)|"
     r"bar\.(?:com|org)|host\.com|site\.com|somewhere\.com|dummy\.com|sample\.com|doe\.com|"
-    r"my(?:app|site|company|domain|org|server|host|project)\.\w+)$"
+    r"my(?:app|site|company|domain|org|server|host|project)?\.\w+)$"
 )
 _EXAMPLE_MAILBOX = re.compile(
     r"(?i)^(?:user(?:name)?|name|email|e-?mail|your[._\-]?(?:email|name|mail|address)?|you|someone|somebody|"
@@ -63,7 +63,9 @@ _LIST_DOMAIN = re.compile(r"(?i)^lists?\.")
 # SSH's algorithm and extension names look like addresses (`ssh-rsa-cert-v01@openssh.com`, `"zlib@openssh.com"`,
 # paramiko's `keepalive@lag.net`).
 _PROTOCOL_DOMAIN = re.compile(r"(?i)^(?:openssh\.com|libssh\.org|ssh\.com)$")
-_PROTOCOL_WORD = re.compile(r"(?i)^(?:zlib|keepalive|eow|limits|statvfs|fstatvfs|hardlink|fsync|lsetstat|ping|tun)$")
+_PROTOCOL_WORD = re.compile(
+    r"(?i)^(?:zlib|keepalive|eow|limits|statvfs|fstatvfs|hardlink|fsync|lsetstat|ping|tun|etm)$"
+)
 _PROTOCOL_NAME = re.compile(r"(?i)^(?:\w+(?:-\w+)+)$")
 # Forges' no-reply domains (`12345+user@users.noreply.github.com`): commit metadata, not a way to reach anyone.
 _NOREPLY_DOMAIN = re.compile(r"(?i)(?:^|\.)no-?reply\.")
@@ -117,6 +119,7 @@ _DOCUMENTED_IPS = frozenset(
     for a in ("fedc:ba98:7654:3210:fedc:ba98:7654:3210", "1080::8:800:200c:417a", "3ffe:2a00:100:7031::1")
 )
 _6BONE = ipaddress.ip_network("3ffe::/16")
+_IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")  # IANA's special-purpose block (PCP and NAT64 anycast)
 # Made-up names of docs and templates (BigCode's NAME_EXAMPLE).
 _PLACEHOLDER_NAMES = frozenset(
     ("john doe", "jane doe", "john smith", "jane smith", "foo bar", "joe bloggs", "max mustermann", "erika mustermann",
@@ -133,8 +136,11 @@ def _ip_rule(value: str) -> str | None:
         return "ip_dns_server"
     if not ip.is_global or ip.is_multicast or ip.is_reserved:  # reserved: IPv6's unassigned `1:2::2:2` of tests
         return "ip_private"
-    if ip in _DOCUMENTED_IPS or (ip.version == 6 and ip in _6BONE):
+    if ip in _DOCUMENTED_IPS or (ip.version == 6 and ip in _6BONE) or (ip.version == 4 and ip in _IETF_PROTOCOL):
         return "ip_documentation"
+    octets = [int(part) for part in value.split(".")] if ip.version == 4 else []
+    if octets and len({b - a for a, b in zip(octets, octets[1:], strict=False)}) == 1:  # `1.2.3.4`, `16.17.18.19`
+        return "ip_made_up"
     return None
 
 
@@ -156,6 +162,8 @@ def _email_rule(value: str, text: str, start: int, end: int) -> str | None:
         return "email_example"
     if _LIST_DOMAIN.match(domain):
         return "email_list"
+    if text[start - 1 : start] == "@":  # `@coveragepy@hachyderm.io`: a fediverse handle, not a mailbox
+        return "email_fediverse_handle"
     quoted = text[start - 1 : start] in ("'", '"')
     if (
         _PROTOCOL_WORD.match(mailbox)
@@ -170,6 +178,8 @@ def _email_rule(value: str, text: str, start: int, end: int) -> str | None:
     return None
 
 
+# An escaped `%` or two escapes: a URL-parsing test's value (`Sparrow%1980` is a password with a `%`).
+_PERCENT_ESCAPE = re.compile(r"%25|%[0-9A-Fa-f]{2}.*%[0-9A-Fa-f]{2}")
 _ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[0-7]{1,3}|.)")
 
 
@@ -183,6 +193,8 @@ def spared_by(span: Span, text: str) -> str | None:
     value = text[span.start : span.end]
     if len(value.strip()) <= 3 or (span.entity == PASSWORD and len(_unescaped(value).strip()) <= 3):  # `p%2d`
         return "too_short"
+    if span.entity == PASSWORD and _PERCENT_ESCAPE.search(value):  # `p%252d`, `pass%25word`: URL-parsing tests
+        return "password_escaped"
     if span.entity == IP_ADDRESS:
         return _ip_rule(value)
     if span.entity == EMAIL:
