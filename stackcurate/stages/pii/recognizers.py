@@ -201,7 +201,7 @@ def _tld_extract() -> Callable:
 _OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
 # Not inside a longer dotted number (OIDs, versions with 5 parts), and never including a `:port`.
 _IPV4 = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.\d|/(?!32\b)\d)")  # a `/16` network is no host
-_IPV6 = re.compile(r"(?<![\w:.])((?:[0-9A-Fa-f]{1,4}|:)?(?::[0-9A-Fa-f]{0,4}){2,7}(?:%\w+)?)(?![\w:])")
+_IPV6 = re.compile(r"(?<![\w:.])((?:[0-9A-Fa-f]{1,4}|:)?(?::[0-9A-Fa-f]{0,4}){2,7}(?:%\w+)?)(?![\w:]|/(?!128\b)\d)")
 _DOTTED_QUAD = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")  # anchors: what every match of the two above holds
 _TWO_COLONS = re.compile(r":[0-9A-Fa-f]{0,4}:")
 _VERSION_BEFORE = re.compile(

@@ -50,7 +50,7 @@ POPULAR_DNS = frozenset(
 _EXAMPLE_DOMAIN = re.compile(
     r"(?i)(?:^|\.)(?:example\.(?:com|net|org|edu)|example|test|invalid|localhost|local|domain\.(?:com|org|net)|"
     r"email\.com|mail\.com|company\.com|yourdomain\.\w+|yourcompany\.\w+|acme\.(?:com|org)|foo\.(?:com|org|bar)|"
-    r"bar\.(?:com|org)|host\.com|site\.com|somewhere\.com|dummy\.com|sample\.com|doe\.com|"
+    r"bar\.(?:com|org)|host\.com|site\.com|somewhere\.com|dummy\.com|sample\.com|doe\.com|blah\.\w+|"
     r"my(?:app|site|company|domain|org|server|host|project)?\.\w+)$"
 )
 _EXAMPLE_MAILBOX = re.compile(
@@ -116,8 +116,11 @@ def is_gibberish(value: str) -> bool:
 # test range (RFC 3701): not hosts anyone runs.
 _DOCUMENTED_IPS = frozenset(
     ipaddress.ip_address(a)
-    for a in ("fedc:ba98:7654:3210:fedc:ba98:7654:3210", "1080::8:800:200c:417a", "3ffe:2a00:100:7031::1")
-)
+    for a in (
+        "fedc:ba98:7654:3210:fedc:ba98:7654:3210", "1080::8:800:200c:417a", "3ffe:2a00:100:7031::1",
+        "2010:836b:4179::836b:4179", "129.144.52.38",
+    )
+)  # fmt: skip
 _6BONE = ipaddress.ip_network("3ffe::/16")
 _IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")  # IANA's special-purpose block (PCP and NAT64 anycast)
 # Made-up names of docs and templates (BigCode's NAME_EXAMPLE).
