@@ -122,6 +122,7 @@ _DOCUMENTED_IPS = frozenset(
     )
 )  # fmt: skip
 _6BONE = ipaddress.ip_network("3ffe::/16")
+_IPV6_ZEROS = ipaddress.ip_network("::/8")
 _IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")  # IANA's special-purpose block (PCP and NAT64 anycast)
 # Made-up names of docs and templates (BigCode's NAME_EXAMPLE).
 _PLACEHOLDER_NAMES = frozenset(
@@ -137,7 +138,8 @@ def _ip_rule(value: str) -> str | None:
         return "ip_unparseable"
     if value in POPULAR_DNS:
         return "ip_dns_server"
-    if not ip.is_global or ip.is_multicast or ip.is_reserved:  # reserved: IPv6's unassigned `1:2::2:2` of tests
+    # Reserved: IPv4's 240/4, and IPv6's ::/8 that tests write (`1:2::2:2`); not the rest of IPv6's unassigned space
+    if not ip.is_global or ip.is_multicast or (ip.is_reserved and (ip.version == 4 or ip in _IPV6_ZEROS)):
         return "ip_private"
     if ip in _DOCUMENTED_IPS or (ip.version == 6 and ip in _6BONE) or (ip.version == 4 and ip in _IETF_PROTOCOL):
         return "ip_documentation"
