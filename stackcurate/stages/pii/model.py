@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from stackcurate.core.errors import StackcurateError
 from stackcurate.stages.pii.entities import ENTITIES, NAME, USERNAME
+from stackcurate.stages.pii.lines import lines_with, lowered
 from stackcurate.stages.pii.rules import Span
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def line_ranges(text: str, lines: str = "gated") -> list[tuple[int, int]]:
     if lines == "all":
         return [match.span() for match in re.finditer(r"[^\n]*\S[^\n]*", text)]
     gate, ranges = _GATES[lines], []
-    for start in _lines_with(text, _WORDS[lines]):
+    for start in lines_with(text, lowered(text), _WORDS[lines]):
         end = text.find("\n", start)
         end = len(text) if end < 0 else end
         trigger = gate.search(text, start, end)
@@ -111,21 +112,6 @@ def line_ranges(text: str, lines: str = "gated") -> list[tuple[int, int]]:
             start, end = max(start, trigger_at - LONG_LINE // 4), min(end, trigger_at + 3 * LONG_LINE // 4)
         ranges.append((start, end))
     return ranges
-
-
-def _lines_with(text: str, words: tuple[str, ...]) -> list[int]:
-    """The starts of the lines of `text` that hold one of `words` (lower case), in order."""
-    low = text.lower()
-    if len(low) != len(text):  # a letter whose lower case is longer (`İ`): every line, offsets stay exact
-        return [match.start() for match in re.finditer(r"^", text, re.MULTILINE)]
-    starts = set()
-    for word in words:
-        at = low.find(word)
-        while at >= 0:
-            starts.add(text.rfind("\n", 0, at) + 1)
-            end = text.find("\n", at)
-            at = -1 if end < 0 else low.find(word, end + 1)
-    return sorted(starts)
 
 
 @dataclass

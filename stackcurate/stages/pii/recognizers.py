@@ -25,6 +25,7 @@ from presidio_analyzer.nlp_engine import NlpArtifacts
 
 from stackcurate.stages.pii import rules
 from stackcurate.stages.pii.entities import DETECTOR, EMAIL, ENTITIES, IP_ADDRESS, KEY, NAME, PASSWORD, USERNAME
+from stackcurate.stages.pii.lines import lines_with, lowered
 from stackcurate.stages.pii.model import AT_WORDS
 
 if TYPE_CHECKING:
@@ -82,15 +83,15 @@ class RegexRecognizer(EntityRecognizer):
 
     def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list:
         results = []
-        lowered: str | None = None
+        low: str | None = None
         for rule in self.rules:
             if entities and not any(entity in entities for _, entity in rule.spans):
                 continue
             if rule.anchor is not None and not _has_anchor(rule.anchor, text):
                 continue
             if rule.keywords:
-                lowered = _lowered(text) if lowered is None else lowered
-                matches: Iterator[re.Match[str]] = _matches_on_lines(rule.regex, text, lowered, rule.keywords)
+                low = lowered(text) if low is None else low
+                matches: Iterator[re.Match[str]] = _matches_on_lines(rule.regex, text, low, rule.keywords)
             else:
                 matches = rule.regex.finditer(text)
             for match in matches:
@@ -128,24 +129,11 @@ def _has_anchor(anchor: str | tuple[str, ...] | re.Pattern[str], text: str) -> b
     return anchor.search(text) is not None
 
 
-def _lowered(text: str) -> str:
-    """`text` in lower case, letter for letter (the few letters whose lower case is longer, as `İ`, stay)."""
-    lowered = text.lower()
-    return lowered if len(lowered) == len(text) else "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
-
-
 def _matches_on_lines(
-    regex: re.Pattern[str], text: str, lowered: str, keywords: tuple[str, ...]
+    regex: re.Pattern[str], text: str, low: str, keywords: tuple[str, ...]
 ) -> Iterator[re.Match[str]]:
     """`regex`'s matches on the lines of `text` that hold one of `keywords`, in text order."""
-    starts = set()
-    for keyword in keywords:
-        at = lowered.find(keyword)
-        while at >= 0:
-            starts.add(text.rfind("\n", 0, at) + 1)
-            line_end = lowered.find("\n", at)
-            at = -1 if line_end < 0 else lowered.find(keyword, line_end)
-    for start in sorted(starts):
+    for start in lines_with(text, low, keywords):
         end = text.find("\n", start)
         yield from regex.finditer(text, start, len(text) if end < 0 else end)
 
@@ -884,11 +872,9 @@ class NameRecognizer(EntityRecognizer):
         if entities and NAME not in entities:
             return []
         results = []
-        lowered = text.lower()
-        if len(lowered) != len(text):  # a few letters (`İ`) lower-case to two: keep offsets, lose nothing
-            lowered = "".join(c if len(c.lower()) != 1 else c.lower() for c in text)
+        low = lowered(text)
         for place in self.places:
-            for match in _matches(place, text, lowered):
+            for match in _matches(place, text, low):
                 if place.check is not None and not place.check(match, text):
                     continue
                 for start, end in place.names(text, *_names_span(match, len(text))):
@@ -902,11 +888,10 @@ class NameRecognizer(EntityRecognizer):
         return results
 
 
-def _matches(place: NamePlace, text: str, lowered: str) -> Iterator[re.Match[str]]:
-    """`place.regex`'s matches that start on a line holding one of its keywords. Scanning every text with the
-    regexes cost 0.6 CPU seconds per MB (the stage's whole budget is one); a keyword search is a `str.find`,
-    and only the few lines that hold one are matched."""
-    starts = [0] if not place.keywords else sorted({text.rfind("\n", 0, at) + 1 for at in _finds(lowered, place)})
+def _matches(place: NamePlace, text: str, low: str) -> Iterator[re.Match[str]]:
+    """`place.regex`'s matches that start on a line holding one of its keywords (`lines.py`: scanning every
+    text with the regexes cost 0.6 CPU seconds per MB)."""
+    starts = lines_with(text, low, place.keywords) if place.keywords else [0]
     for start in starts:
         line_end = text.find("\n", start)
         line_end = len(text) if line_end < 0 else line_end
@@ -922,17 +907,6 @@ def _names_span(match: re.Match[str], size: int) -> tuple[int, int]:
         if group in match.re.groupindex and match.group(group) is not None:
             return match.span(group)
     return match.end(), min(size, match.end() + 20000)
-
-
-def _finds(lowered: str, place: NamePlace) -> Iterator[int]:
-    """Where each of `place.keywords` occurs in `lowered` (once a line is enough: the next search starts on
-    the next line)."""
-    for keyword in place.keywords:
-        at = lowered.find(keyword)
-        while at >= 0:
-            yield at
-            line_end = lowered.find("\n", at)
-            at = -1 if line_end < 0 else lowered.find(keyword, line_end)
 
 
 def code_recognizers() -> list[EntityRecognizer]:
