@@ -116,7 +116,7 @@ def dedup_records(args: argparse.Namespace) -> Path:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--corpus", choices=["heldout", "dedup"], default="heldout")
     parser.add_argument("--mb", type=float, default=1000.0, help="at most this many MB of code to redact")
     parser.add_argument(
