@@ -37,7 +37,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stackcurate.stages.ingest.content import extension_of
+from stackcurate.core.schema import extension_of
 from stackcurate.stages.pii.entities import ENTITIES
 
 LOCALES = ("en_US", "en_GB", "de_DE", "fr_FR", "es_ES", "it_IT", "pt_BR", "pl_PL", "ru_RU", "ja_JP", "zh_CN", "tr_TR")

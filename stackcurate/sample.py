@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stackcurate.core.errors import StackcurateError
-from stackcurate.stages.ingest.content import extension_of, git_blob_hex, sha1_hex
+from stackcurate.core.schema import extension_of
+from stackcurate.stages.ingest.content import git_blob_hex, sha1_hex
 
 MAX_FILE_BYTES = 2_000_000
 STACK_V2_FILE_SCHEMA = pa.schema(

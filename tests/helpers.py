@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from stackcurate.core.schema import FILE_SCHEMA
+from stackcurate.core.schema import FILE_SCHEMA, extension_of
 from stackcurate.sample import STACK_V2_FILE_SCHEMA
-from stackcurate.stages.ingest.content import extension_of, git_blob_hex, sha1_hex
+from stackcurate.stages.ingest.content import git_blob_hex, sha1_hex
 
 
 def free_port() -> int:

@@ -109,3 +109,9 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         else:
             columns.append(pa.nulls(table.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def extension_of(path: str) -> str:
+    """The Stack v2's `extension`: what follows the last dot of the file name, without it ("" for none)."""
+    name = path.rsplit("/", 1)[-1]
+    return name.rsplit(".", 1)[1] if "." in name.lstrip(".") else ""

@@ -1,7 +1,7 @@
 """Training samples from the tokenize stage's Megatron shards, as Megatron-LM's GPT dataset builds them.
 
 The shards are read through numpy memmaps (`.idx` parsed here: magic, version 1, dtype code, counts, then
-lengths, byte offsets and document indices; see stages/tokenize/megatron.py). Documents are split into a
+lengths, byte offsets and document indices; the layout is core/megatron.py's). Documents are split into a
 training and a held-out set by a seeded hash of their position, then the training documents are shuffled
 with `RandomState(seed + epoch)` and laid end to end; sample i is tokens `[i * T, i * T + T + 1)` of that
 stream, so samples pack across document boundaries and overlap by one token (input and shifted target).
@@ -12,15 +12,13 @@ the samples `i` with `i % world == rank`.
 """
 
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from stackcurate.core import megatron
 from stackcurate.core.errors import StackcurateError
-
-_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16}
 
 
 @dataclass(frozen=True)
@@ -31,16 +29,7 @@ class Document:
 
 
 def _read_index(prefix: Path) -> tuple[np.dtype, np.ndarray, np.ndarray]:
-    idx = (prefix.parent / f"{prefix.name}.idx").read_bytes()
-    if idx[:9] != b"MMIDIDX\x00\x00" or struct.unpack_from("<Q", idx, 9)[0] != 1:
-        raise StackcurateError(f"{prefix}.idx is not a Megatron indexed dataset (version 1)")
-    code = idx[17]
-    if code not in _DTYPES:
-        raise StackcurateError(f"{prefix}.idx has token dtype code {code}, which this reader does not take")
-    n = struct.unpack_from("<Q", idx, 18)[0]
-    lengths = np.frombuffer(idx, dtype="<i4", count=n, offset=34).astype(np.int64)
-    pointers = np.frombuffer(idx, dtype="<i8", count=n, offset=34 + 4 * n)
-    return np.dtype(_DTYPES[code]), lengths, pointers
+    return megatron.read_index((prefix.parent / f"{prefix.name}.idx").read_bytes(), f"{prefix}.idx")
 
 
 class Shards:

@@ -12,13 +12,12 @@ import pytest
 from helpers import read_all
 from megatron_reader import read as read_megatron
 
-from stackcurate.core import io
+from stackcurate.core import io, megatron
 from stackcurate.core import tokens as tk
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
 from stackcurate.pipeline import RunOptions, run_stage
 from stackcurate.stages import get_stage
-from stackcurate.stages.tokenize import megatron
 from stackcurate.stages.tokenize import tokenizer as bpe
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])

@@ -38,10 +38,10 @@ import pyarrow as pa
 from stackcurate.core import io
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, with_reason
+from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, extension_of, with_reason
 from stackcurate.core.stage import Shard, StageOutput, plan_parquet
 from stackcurate.stages.ingest import sources
-from stackcurate.stages.ingest.content import decode, extension_of, git_blob_hex, is_placeholder, sha1_hex
+from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placeholder, sha1_hex
 
 ERROR_REASONS = frozenset(
     {

@@ -22,12 +22,6 @@ _MISSING_MARK = b"missing from the Software Heritage archive"
 _INFLATE_CHUNK = 1 << 16
 
 
-def extension_of(path: str) -> str:
-    """The Stack v2's `extension`: what follows the last dot of the file name, without it ("" for none)."""
-    name = path.rsplit("/", 1)[-1]
-    return name.rsplit(".", 1)[1] if "." in name.lstrip(".") else ""
-
-
 def sha1_hex(data: bytes) -> str:
     """SWH `sha1` / The Stack v2 `blob_id`: plain SHA-1 of the raw bytes."""
     return hashlib.sha1(data).hexdigest()

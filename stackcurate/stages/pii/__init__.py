@@ -49,9 +49,8 @@ import pyarrow as pa
 
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.schema import TEXT_COLUMNS, put_column
+from stackcurate.core.schema import TEXT_COLUMNS, extension_of, put_column
 from stackcurate.core.stage import Shard, StageOutput, TaskContext, read_records, records_schema
-from stackcurate.stages.ingest.content import extension_of
 from stackcurate.stages.pii import escapes, redact, rules
 from stackcurate.stages.pii.entities import DETECTOR, EMAIL, ENTITIES, IP_ADDRESS, KEY, NAME, PASSWORD
 from stackcurate.stages.pii.model import MODEL_ENTITIES, EncoderModel, cache_dir

@@ -32,12 +32,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from stackcurate.core import io, shuffle
+from stackcurate.core import io, megatron, shuffle
 from stackcurate.core import tokens as tk
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext, run_phase
-from stackcurate.stages.tokenize import megatron
 from stackcurate.stages.tokenize import tokenizer as bpe
 
 log = logging.getLogger("stackcurate.tokenize")

@@ -25,9 +25,14 @@ import hashlib
 import struct
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow.fs as pafs
+
+from stackcurate.core.errors import StackcurateError
+
+if TYPE_CHECKING:  # the trainer reads shards without the pipeline's libraries
+    import pyarrow.fs as pafs
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -73,7 +78,22 @@ def index_bytes(lengths: np.ndarray, dtype: np.dtype) -> bytes:
     )
 
 
-def write(fs: pafs.FileSystem, prefix: str, tokens: np.ndarray, lengths: np.ndarray, dtype: np.dtype) -> Written:
+def read_index(idx: bytes, name: str = "index") -> tuple[np.dtype, np.ndarray, np.ndarray]:
+    """(token dtype, sequence lengths, byte offsets) of an `.idx` file's bytes; a one-line error for a file of
+    another layout or dtype."""
+    if idx[: len(MAGIC)] != MAGIC or struct.unpack_from("<Q", idx, len(MAGIC))[0] != VERSION:
+        raise StackcurateError(f"{name} is not a Megatron indexed dataset (version {VERSION})")
+    code = idx[17]
+    dtypes = {code: dtype for dtype, code in DTYPE_CODES.items()}
+    if code not in dtypes:
+        raise StackcurateError(f"{name} has token dtype code {code}, which this reader does not take")
+    n = struct.unpack_from("<Q", idx, 18)[0]
+    lengths = np.frombuffer(idx, dtype="<i4", count=n, offset=34).astype(np.int64)
+    pointers = np.frombuffer(idx, dtype="<i8", count=n, offset=34 + 4 * n)
+    return dtypes[code], lengths, pointers
+
+
+def write(fs: "pafs.FileSystem", prefix: str, tokens: np.ndarray, lengths: np.ndarray, dtype: np.dtype) -> Written:
     """Write `prefix.bin` (the documents' `tokens`, concatenated) and `prefix.idx` (their `lengths`); each
     file appears under its name only once complete, `.idx` last."""
     if dtype not in DTYPE_CODES:
