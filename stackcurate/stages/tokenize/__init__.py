@@ -7,7 +7,7 @@
    a seeded 64-bit hash of the doc_id that fixes its place in the shards.
 3. **shards**: a shuffle sends each row to output shard `order * S / 2^64` (S from `shard_mb`), then each
    shard is written in `order` order: documents shuffled with the seed, identically for any number of
-   workers, one sequence per document (`megatron.py`). `<out>/tokenize/megatron/` holds
+   workers, one sequence per document (`core/megatron.py`). `<out>/tokenize/megatron/` holds
    `shard_NNNNN.bin/.idx`, `documents/` (shard, position, doc_id, n_tokens: where each document went) and
    `manifest.json` (tokenizer, special-token ids, vocabulary size, dtype, per-shard documents, tokens and
    SHA-256 checksums).
