@@ -999,6 +999,17 @@ def test_base64_images_are_not_keys():
             [("USERNAME", "jmvrbanac"), ("USERNAME", "vytas7")],
         ),  # fmt: skip
         ("//! author : forabi https://github.com/forabi\n", [("USERNAME", "forabi")]),
+        (
+            'db_url = "mysql://u:Y*o8yhlwG~SYPjabF0@db.somedata.net:3306/app"\n',
+            [("USERNAME", "u"), ("PASSWORD", "Y*o8yhlwG~SYPjabF0")],
+        ),  # fmt: skip
+        (
+            'UsmUserData("snmpuser", authKey="Xbl86DbzT0gsz")\nCommunityData("Pch09GovwmQI")\n',
+            [("PASSWORD", "Xbl86DbzT0gsz"), ("PASSWORD", "Pch09GovwmQI")],
+        ),  # fmt: skip
+        ("bindpw = '%A.N7nVxfzpxXQ'\n", [("PASSWORD", "%A.N7nVxfzpxXQ")]),
+        ("$ napalm --user napalm --password A6YNIsj6HdBKM --optional_args x\n", [("PASSWORD", "A6YNIsj6HdBKM")]),
+        ("/* $OpenBSD: blf.h,v 1.7 2007/03/14 17:59:41 grunk Exp $ */\n", [("USERNAME", "grunk")]),
     ],
 )
 def test_real_idioms_are_found(detector, text, expected):
@@ -1013,6 +1024,8 @@ def test_real_idioms_are_found(detector, text, expected):
         'username = \'{{ user }}\'\nuser: str = "%s"\nlogin = "root"\n',
         "key=lambda x: x[0]\ntoken = self.next()\npassword=self.password\n",
         "git clone https://jroe@github.com/x/y.git\n",  # a URL's user is no email
+        'KEY="-----BEGIN RSA PRIVATE KEY-----\\nKh9NV...\\n-----END RSA PRIVATE KEY-----"\n',
+        "pip install --pass-through x\n",
         "See {@link Foo} (@code x), decorated by @property\nJeffrey A. Clark (Alex)\nDevelopment Team (PyContribs)\n",
         "auth=('user', 'password')\nresp.set_cookie(\"session_identifier_value_long\")\n",
         "sender = 'errors@myapp.com'\nuser = {'email': 'john@doe.com'}\n",

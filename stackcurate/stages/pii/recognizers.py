@@ -169,8 +169,8 @@ _URL_USER_BEFORE = re.compile(
 def _is_email(match: re.Match[str], text: str) -> bool:
     """The domain ends in a real public suffix (`foo@2x.png` is a file name, not an email), and it is not the
     `password@host` end of a `scheme://user:password@host` URL."""
-    if text[match.start() - 1 : match.start()] in (":", "/") and _preceded_by(
-        _URL_USER_BEFORE, match.start(), text, 80
+    if _preceded_by(_IN_USERINFO, match.start(), text, 200) or (
+        text[match.start() - 1 : match.start()] == ":" and _preceded_by(_URL_USER_BEFORE, match.start(), text, 80)
     ):
         return False
     return bool(_tld_extract()(match.group(0).rsplit("@", 1)[1]).suffix)
@@ -196,6 +196,7 @@ _VERSION_BEFORE = re.compile(
     r"(?i)(?:(?<![a-z])(?:version|ver|release|rev|section|chapter|§)\w*[\s\"'>]*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@)$"
 )
 _USERINFO_BEFORE = re.compile(r"://[^\s/@]*@$")  # `scheme://user:pw@<host>`
+_IN_USERINFO = re.compile(r"://[^\s/@\"'<>]*$")  # `mysql://user:Y*o8~<here>@host`: a password's end, no mailbox
 _NETWORK_WORDS = re.compile(r"(?i)dns|server|host|\bip\b|addr|proxy|gateway|endpoint|connect|bind|listen")
 
 
@@ -310,14 +311,15 @@ def _bearer_value(match: re.Match[str], text: str) -> bool:
 
 # --- passwords ----------------------------------------------------------------------------------------------
 
-_PASSWORD_WORDS = r"(?:password|passwd|passwrd|passphrase|pwd|db[_\-.]?pass|pass)"
+_PASSWORD_WORDS = r"(?:password|passwd|passwrd|passphrase|pwd|db[_\-.]?pass|pass|bind_?pw)"
 # `password = "..."`: a quoted value, then a password-like name assigned right before it.
 _QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{3,128}(?=["'`])""")
 _PASSWORD_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9]){_PASSWORD_WORDS}[\w\-]*{_ASSIGN}$")
 _CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")  # `USER_PASSWORD_AUTH = "USER_PASSWORD_AUTH"`: an enum, not a secret
 
 
-_SHORT_SECRET_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9])(?:[\w\-]*_)?secret{_ASSIGN}$")  # `secret`, `enable_secret`
+# `secret`, `enable_secret`, SNMP's `authKey`/`privKey`: a passphrase when shorter than a key
+_SHORT_SECRET_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9])(?:[\w\-]*_)?(?:secret|auth_?key|priv_?key){_ASSIGN}$")
 
 
 def _password_value(match: re.Match[str], text: str) -> bool:
@@ -377,7 +379,7 @@ _ENV_KEY = re.compile(rf"(?im)(?<![\w-])[\w.\-]*?{_KEY_WORDS}[\w.\-]*=([A-Za-z0-
 # signing key is a key (`jwt.encode(payload, "...")`, `jwt.sign({...}, '...')`).
 _PASSWORD_CALL_BEFORE = re.compile(
     r"(?:\.(?:hash|verify|encrypt|genhash|hashpw|checkpw|set_password|check_password)|"
-    r"\b(?:make_password|check_password|generate_password_hash|check_password_hash|hashpw|checkpw))"
+    r"\b(?:make_password|check_password|generate_password_hash|check_password_hash|hashpw|checkpw|\w*Community\w*))"
     r"\([^()\n]{0,80}?(?:,[ \t]*)?[bu]?$"
 )
 _PAIR_WORDS = ("auth", "credential", "login", "authenticate")
@@ -405,6 +407,10 @@ _SIGNING_CALL_BEFORE = re.compile(
     r"(?:\b(?:jwt|jws|jwe|jose|hmac)\.(?:encode|decode|sign|verify|new)\([^;]{0,300}|"
     r"\b\w*(?:Cookie\w*|SessionFactory|Signer|Serializer|Fernet|HMAC)\([ \t]*(?:secret[ \t]*=[ \t]*)?[bu]?[\"'])$"
 )  # and a random literal handed to a signed-cookie or signer helper: `SignedCookieSessionFactory("...")`
+# `--password <value>` on a command line (`napalm --user u --password ...`, `mysql --password=...`).
+_CLI_PASSWORD = re.compile(
+    r"(?<![\w-])--pass(?:word|wd)?(?:=|[ \t]+)(?!-)([^\s\"'`$<>{}]{6,128})(?=[\s\"'`;]|$)", re.M
+)
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _CONFIG_KEY = _config_line(_KEY_WORDS, r"[A-Za-z0-9+/=_\-.~]{16,}")
 
@@ -849,10 +855,13 @@ HANDLE_RULES = [
     ),  # fmt: skip
     Rule(
         "rcs_id",
-        re.compile(rf"\$Id: [^$\n]*?\d{{4}}[/-]\d\d[/-]\d\d \d\d:\d\d:\d\dZ? ({_HANDLE}) (?:Exp|Stab|Rel)\b"),
+        re.compile(
+            rf"\$(?:Id|OpenBSD|NetBSD|FreeBSD|Header): [^$\n]*?\d{{4}}[/-]\d\d[/-]\d\d \d\d:\d\d:\d\dZ? ({_HANDLE}) "
+            r"(?:Exp|Stab|Rel)\b"
+        ),
         ((1, USERNAME),),
         0.9,
-        anchor="$Id",
+        anchor="$",
     ),  # fmt: skip
 ]
 
@@ -954,8 +963,19 @@ def code_recognizers() -> list[EntityRecognizer]:
                     ((0, PASSWORD),),
                     0.85,
                     _password_value,
-                    keywords=("pass", "pwd", "secret"),
+                    keywords=(
+                        "pass",
+                        "pwd",
+                        "secret",
+                        "authkey",
+                        "auth_key",
+                        "privkey",
+                        "priv_key",
+                        "bindpw",
+                        "bind_pw",
+                    ),
                 ),
+                Rule("cli_password", _CLI_PASSWORD, ((1, PASSWORD),), 0.75, _env_password, keywords=("--pass",)),
                 Rule("env_password", _ENV_PASSWORD, ((1, PASSWORD),), 0.75, _env_password, keywords=("pass", "pwd")),
                 Rule(
                     "password_argument",
@@ -963,7 +983,7 @@ def code_recognizers() -> list[EntityRecognizer]:
                     ((0, PASSWORD),),
                     0.8,
                     _called_with_password,
-                    keywords=("hash", "verify", "encrypt", "_password", "checkpw"),
+                    keywords=("hash", "verify", "encrypt", "_password", "checkpw", "community"),
                 ),  # fmt: skip
                 Rule("paired_password", _QUOTED, ((0, PASSWORD),), 0.8, _paired_secret, keywords=_PAIR_WORDS),
                 Rule("url_key", _URL_KEY, ((1, KEY), (2, KEY)), 0.95, _url_key, anchor="://"),

@@ -63,9 +63,8 @@ _LIST_DOMAIN = re.compile(r"(?i)^lists?\.")
 # SSH's algorithm and extension names look like addresses (`ssh-rsa-cert-v01@openssh.com`, `"zlib@openssh.com"`,
 # paramiko's `keepalive@lag.net`).
 _PROTOCOL_DOMAIN = re.compile(r"(?i)^(?:openssh\.com|libssh\.org|ssh\.com)$")
-_PROTOCOL_WORD = re.compile(
-    r"(?i)^(?:zlib|keepalive|eow|limits|statvfs|fstatvfs|hardlink|fsync|lsetstat|ping|tun|etm)$"
-)
+_PROTOCOL_WORD = re.compile(r"(?i)^(?:zlib|keepalive|etm)$")  # in quotes, at any domain (`"keepalive@lag.net"`)
+_PROTOCOL_EXTENSION = re.compile(r"(?i)^(?:eow|limits|statvfs|fstatvfs|hardlink|fsync|lsetstat|ping|tun)$")
 _PROTOCOL_NAME = re.compile(r"(?i)^(?:\w+(?:-\w+)+)$")
 # Forges' no-reply domains (`12345+user@users.noreply.github.com`): commit metadata, not a way to reach anyone.
 _NOREPLY_DOMAIN = re.compile(r"(?i)(?:^|\.)no-?reply\.")
@@ -170,10 +169,9 @@ def _email_rule(value: str, text: str, start: int, end: int) -> str | None:
     if text[start - 1 : start] == "@":  # `@coveragepy@hachyderm.io`: a fediverse handle, not a mailbox
         return "email_fediverse_handle"
     quoted = text[start - 1 : start] in ("'", '"')
-    if (
-        _PROTOCOL_WORD.match(mailbox)
-        and (quoted or _PROTOCOL_DOMAIN.match(domain))
-        or (_PROTOCOL_DOMAIN.match(domain) and _PROTOCOL_NAME.match(mailbox))
+    protocol_domain = _PROTOCOL_DOMAIN.match(domain) is not None
+    if (_PROTOCOL_WORD.match(mailbox) and (quoted or protocol_domain)) or (
+        protocol_domain and (_PROTOCOL_NAME.match(mailbox) or _PROTOCOL_EXTENSION.match(mailbox))
     ):
         return "email_protocol_name"
     if mailbox == "git" and text[end : end + 1] in (":", "/"):  # `git@github.com:owner/repo.git`: a remote's SSH user
@@ -205,6 +203,8 @@ def spared_by(span: Span, text: str) -> str | None:
     if span.entity == EMAIL:
         return _email_rule(value, text, span.start, span.end)
     if span.entity in (KEY, PASSWORD, USERNAME) and _PLACEHOLDER.match(value.strip()):
+        return "placeholder"
+    if span.entity in (KEY, PASSWORD) and "..." in value:  # elided: `Kh9NV...`
         return "placeholder"
     if span.entity == KEY and "EXAMPLE" in value.upper():  # AWS's documented `wJalrXUtnFEMI/K7MDENG/...EXAMPLEKEY`
         return "key_example"
