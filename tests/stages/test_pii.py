@@ -1000,8 +1000,8 @@ def test_base64_images_are_not_keys():
         ),  # fmt: skip
         ("//! author : forabi https://github.com/forabi\n", [("USERNAME", "forabi")]),
         (
-            'db_url = "mysql://u:Y*o8yhlwG~SYPjabF0@db.somedata.net:3306/app"\n',
-            [("USERNAME", "u"), ("PASSWORD", "Y*o8yhlwG~SYPjabF0")],
+            'db_url = "mysql://appuser:Y*o8yhlwG~SYPjabF0@db.somedata.net:3306/app"\n',
+            [("USERNAME", "appuser"), ("PASSWORD", "Y*o8yhlwG~SYPjabF0")],
         ),  # fmt: skip
         (
             'UsmUserData("snmpuser", authKey="Xbl86DbzT0gsz")\nCommunityData("Pch09GovwmQI")\n',
