@@ -159,3 +159,25 @@ def test_torchrun_with_two_processes_matches_one_process(shards, tmp_path, mode)
     parallel = [float(loss) for _, loss in _losses(tmp_path / "two")]
     assert np.allclose(straight, parallel, rtol=1e-4), (straight, parallel)
     assert AutoConfig.from_pretrained(tmp_path / "two" / "checkpoint-4").architectures == ["Starcoder2ForCausalLM"]
+
+
+def test_train_on_ray_starts_a_private_ray_unless_given_an_address(monkeypatch, shards, tmp_path):
+    """Never a bare `ray.init()`, which joins whatever cluster runs on the machine (issue 16)."""
+    import ray
+
+    from stackcurate.core.errors import StackcurateError
+
+    addresses = []
+
+    def fake_init(**kwargs):
+        addresses.append(kwargs.get("address"))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg = _cfg(shards, tmp_path / "run", steps=2, save_every=2)
+    for address in (None, "auto"):
+        with pytest.raises(StackcurateError, match="could not start or reach"):
+            loop.train_on_ray(cfg, 2, address=address, progress=False)
+    assert addresses == ["local", "auto"]

@@ -20,7 +20,11 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     t.add_argument(
         "--ray-workers", type=int, default=0,
-        help="run on Ray (RAY_ADDRESS or a local Ray) through Ray Train with this many workers (needs ray[train])",
+        help="run on Ray through Ray Train with this many workers (needs ray[train])",
+    )  # fmt: skip
+    t.add_argument(
+        "--ray-address", default=None,
+        help="the Ray cluster to join (host:port, or auto); default RAY_ADDRESS, else a private local Ray",
     )  # fmt: skip
     g = sub.add_parser("generate", help="complete code (or fill in the middle) with a checkpoint")
     g.add_argument("checkpoint", help="a checkpoint-<step> folder of a train run")
@@ -43,7 +47,7 @@ def _run(args: argparse.Namespace) -> None:
 
         cfg = build_config(loop.TrainConfig, flag_values(args, loop.TrainConfig))
         if args.ray_workers:
-            rows = loop.train_on_ray(cfg, args.ray_workers, progress=args.progress)
+            rows = loop.train_on_ray(cfg, args.ray_workers, address=args.ray_address, progress=args.progress)
         else:
             rows = loop.train(cfg, progress=args.progress)
         if rows:

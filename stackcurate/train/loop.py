@@ -17,7 +17,6 @@ import contextlib
 import csv
 import hashlib
 import json
-import logging
 import math
 import os
 import shutil
@@ -252,16 +251,22 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
     return rows
 
 
-def train_on_ray(cfg: TrainConfig, workers: int, *, progress: bool = True) -> list[dict[str, Any]]:
+def train_on_ray(
+    cfg: TrainConfig, workers: int, *, address: str | None = None, progress: bool = True
+) -> list[dict[str, Any]]:
     """The same loop on a Ray cluster through Ray Train's TorchTrainer: `workers` processes, a GPU each when
     the cluster has them (DDP over NCCL, else Gloo on CPUs). Ray Train sets up the process group and the
-    rank variables; the loop is unchanged. Returns rank 0's metrics rows."""
+    rank variables; the loop is unchanged. Returns rank 0's metrics rows.
+
+    Ray starts or is joined where the pipeline's runner does it (`runners.ray.init`): `address` (or
+    RAY_ADDRESS), else a private local Ray, never whatever cluster happens to run on this machine."""
     import ray
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False, logging_level=logging.WARNING)
+    from stackcurate.runners.ray import init as init_ray
+
+    init_ray(address)
     use_gpu = ray.cluster_resources().get("GPU", 0) >= workers
     out = Path(cfg.out).resolve()
     cfg = replace(cfg, out=str(out), data=str(Path(cfg.data).resolve()))  # Ray Train moves the workers' cwd
