@@ -40,6 +40,9 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (or RAY_ADDRESS)")
     group.add_argument("--workers", type=int, default=None, help="parallel workers (default: all CPUs)")
+    group.add_argument(
+        "--ray-cpus", type=int, default=None, help="CPUs of the embedded Ray (default: this machine's); not --workers"
+    )
     group.add_argument("--overwrite", action="store_true", default=None, help="replace existing output")
     group.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     group.add_argument("--dry-run", action="store_true", default=None, help="print config and plan, run nothing")
@@ -48,7 +51,8 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
 def _run_options(args: argparse.Namespace, base: dict[str, Any] | None = None) -> Any:
     from stackcurate.pipeline import merge_run_options
 
-    overrides = {k: getattr(args, k) for k in ("runner", "ray_address", "workers", "overwrite", "progress", "dry_run")}
+    names = ("runner", "ray_address", "workers", "ray_cpus", "overwrite", "progress", "dry_run")
+    overrides = {k: getattr(args, k) for k in names}
     return merge_run_options(base or {}, overrides)
 
 

@@ -36,7 +36,8 @@ class RunOptions:
 
     runner: str = "ray"  # ray | local
     ray_address: str | None = None
-    workers: int | None = None
+    workers: int | None = None  # how many run at once (default: every CPU of the Ray cluster, or of this machine)
+    ray_cpus: int | None = None  # the CPUs of an embedded Ray (default: this machine's); not the number of workers
     overwrite: bool = False
     progress: bool = True
     dry_run: bool = False
@@ -46,6 +47,8 @@ class RunOptions:
             raise StackcurateError(f"unknown runner '{self.runner}'; use ray or local")
         if self.workers is not None and self.workers < 1:
             raise StackcurateError("--workers must be at least 1")
+        if self.ray_cpus is not None and self.ray_cpus < 1:
+            raise StackcurateError("--ray-cpus must be at least 1")
 
 
 @dataclass
@@ -133,6 +136,7 @@ def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_ur
                 run_id,
                 address=opts.ray_address,
                 workers=opts.workers,
+                ray_cpus=opts.ray_cpus,
                 progress=opts.progress,
                 resources=spec.resources(cfg) if spec.resources is not None else None,
             )
@@ -175,8 +179,9 @@ def _map_tasks(opts: RunOptions, fn: Callable[..., Any], items: list[tuple[Any, 
         from stackcurate.runners import ray as runner
 
         return runner.map_tasks(
-            fn, items, desc, address=opts.ray_address, workers=opts.workers, progress=opts.progress
-        )
+            fn, items, desc, address=opts.ray_address, workers=opts.workers, ray_cpus=opts.ray_cpus,
+            progress=opts.progress,
+        )  # fmt: skip
     from stackcurate.runners import local
 
     return local.map_tasks(fn, items, desc, progress=opts.progress)

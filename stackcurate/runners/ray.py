@@ -210,6 +210,7 @@ def run(
     *,
     address: str | None = None,
     workers: int | None = None,
+    ray_cpus: int | None = None,
     progress: bool = True,
     resources: dict[str, float] | None = None,
 ) -> list[dict[str, Any]]:
@@ -218,9 +219,10 @@ def run(
     Plain actors rather than Ray Data's `map_batches`: the same scheduling without Ray Data's executor in
     every worker (a dedup remove worker peaked at 500-620 MiB under Ray Data, 305 MiB as a plain actor, and
     its peak no longer moved with the number of shards it ran). The driver schedules them itself rather than
-    through `ActorPool`, which waits forever on a call whose node died.
+    through `ActorPool`, which waits forever on a call whose node died. An embedded Ray gets `ray_cpus` CPUs
+    (default: the machine's), whatever `workers` is.
     """
-    init(address, workers)
+    init(address, ray_cpus)
     import ray
 
     cluster = ray.cluster_resources()
@@ -380,6 +382,7 @@ def map_tasks(
     *,
     address: str | None = None,
     workers: int | None = None,
+    ray_cpus: int | None = None,
     progress: bool = True,
 ) -> list[Any]:
     """`fn(*item)` for each item as Ray tasks, at most `workers` at a time; results in item order.
@@ -391,7 +394,7 @@ def map_tasks(
     """
     if not items:
         return []
-    init(address, workers)
+    init(address, ray_cpus)
     import ray
     from ray.exceptions import RayError, RayTaskError
 
