@@ -3,12 +3,12 @@
 A 6-layer encoder over every 512-token window of a file runs at about 10 KB/s on two CPU cores, far too slow
 for a corpus. Two levers make it affordable, and `pii_model.evaluate` measures what each costs:
 - a small model: `pii_model.train` keeps the first layers of MiniLM (3 of 6 by default);
-- only the lines that need it: a line goes to the model if it names a person's context (author, maintainer,
-  signed-off, thanks, contact, credits, `@handle`, `by Name`, user/login, `TODO(owner)`) or a secret's
-  (password, token, key, secret, auth, credential) next to a value. Lines longer than `LONG_LINE` characters
-  are cut to the text around the trigger. `lines="all"` sends every line instead. Names in copyright lines,
-  manifests and AUTHORS lists are the patterns' job (`recognizers.NAME_PLACES`), and so are emails: copyright,
-  email and "created"/"developed" lines are in the model's training data but not sent to it.
+- only the lines that need it: a line goes to the model if it names a person's context (author, signed-off,
+  thanks, contact, credits, `@handle`, `by Name`, user/login, `TODO(owner)`). Lines longer than `LONG_LINE`
+  characters are cut to the text around the trigger. `lines="all"` sends every line instead. Names in
+  copyright lines, manifests and AUTHORS lists, emails, keys and passwords are the patterns' job
+  (`recognizers.py`): copyright, email, "created"/"developed" and secret lines are in the model's training
+  data (`lines="context"`) but not sent to it.
 
 Each line (or cut) is one window: lines are where the training data puts PII, and short windows batch with
 little padding. A window longer than `max_tokens` is split with overlap (the tokenizer's overflow).

@@ -158,11 +158,12 @@ _EMAIL = re.compile(
     r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
 )
-# The `password@host` end of `scheme://user:password@host`, or of `user:password@host` in a string, or the
-# user of `scheme://user@host` (a Sentry DSN's key: `https://<key>@o1.ingest.sentry.io/1`).
-_URL_USER_BEFORE = re.compile(
-    r"(?:://|(?:://[^\s/@:]*|(?<![\w.+%-])(?!(?i:mailto|e-?mail|mail|contact|author|maintainer|from|to|cc|reply-to)\b)"
-    r"[\w.+%-]{1,32}):)$"
+# Inside a URL's credentials (`scheme://user:password@host`, a Sentry DSN's `https://<key>@host`): what
+# looks like an address there is a password's or a user's end and its host.
+_IN_USERINFO = re.compile(r"://[^\s/@\"'<>]*$")
+# The same without a scheme, `user:password@host` in a string (not a label: `mailto:`, `Contact:`).
+_USER_COLON_BEFORE = re.compile(
+    r"(?<![\w.+%-])(?!(?i:mailto|e-?mail|mail|contact|author|maintainer|from|to|cc|reply-to)\b)[\w.+%-]{1,32}:$"
 )
 
 
@@ -170,7 +171,7 @@ def _is_email(match: re.Match[str], text: str) -> bool:
     """The domain ends in a real public suffix (`foo@2x.png` is a file name, not an email), and it is not the
     `password@host` end of a `scheme://user:password@host` URL."""
     if _preceded_by(_IN_USERINFO, match.start(), text, 200) or (
-        text[match.start() - 1 : match.start()] == ":" and _preceded_by(_URL_USER_BEFORE, match.start(), text, 80)
+        text[match.start() - 1 : match.start()] == ":" and _preceded_by(_USER_COLON_BEFORE, match.start(), text, 80)
     ):
         return False
     return bool(_tld_extract()(match.group(0).rsplit("@", 1)[1]).suffix)
@@ -195,8 +196,6 @@ _TWO_COLONS = re.compile(r":[0-9A-Fa-f]{0,4}:")
 _VERSION_BEFORE = re.compile(
     r"(?i)(?:(?<![a-z])(?:version|ver|release|rev|section|chapter|§)\w*[\s\"'>]*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@)$"
 )
-_USERINFO_BEFORE = re.compile(r"://[^\s/@]*@$")  # `scheme://user:pw@<host>`
-_IN_USERINFO = re.compile(r"://[^\s/@\"'<>]*$")  # `mysql://user:Y*o8~<here>@host`: a password's end, no mailbox
 _NETWORK_WORDS = re.compile(r"(?i)dns|server|host|\bip\b|addr|proxy|gateway|endpoint|connect|bind|listen")
 
 
@@ -204,7 +203,8 @@ def _is_ipv4(match: re.Match[str], text: str) -> bool:
     """Not a version number: BigCode's rule (a short x.y.z.w away from network words is a version),
     and nothing like `version = "1.2.3.4"` or `==1.0.0.1` right before it."""
     value, start = match.group(1), match.start(1)
-    if _preceded_by(_VERSION_BEFORE, start, text, 16) and not _preceded_by(_USERINFO_BEFORE, start, text, 200):
+    after_credentials = text[start - 1 : start] == "@" and _preceded_by(_IN_USERINFO, start - 1, text, 200)
+    if _preceded_by(_VERSION_BEFORE, start, text, 16) and not after_credentials:  # `user:pw@<host>`
         return False
     return len(value) > 7 or _NETWORK_WORDS.search(text, max(0, start - 100), match.end(1) + 100) is not None
 
@@ -419,30 +419,33 @@ def _config_key(match: re.Match[str], _text: str) -> bool:
     return _looks_random(match.group(1))
 
 
+def _password_literal(value: str) -> bool:
+    """Six characters or more, one of them not a letter: a password, not a word (`"password"`, `"admin"`)."""
+    return len(value) >= 6 and any(not c.isalpha() for c in value)
+
+
+def _token_literal(value: str) -> bool:
+    """Twenty random characters or more: an API token rather than a password."""
+    return len(value) >= 20 and _looks_random(value)
+
+
 def _called_with_password(match: re.Match[str], text: str) -> bool:
-    value = match.group(0)
-    return (
-        len(value) >= 6
-        and any(not c.isalpha() for c in value)
-        and _preceded_by(_PASSWORD_CALL_BEFORE, match.start() - 1, text, 100)
-    )
+    return _password_literal(match.group(0)) and _preceded_by(_PASSWORD_CALL_BEFORE, match.start() - 1, text, 100)
 
 
 def _paired_secret(match: re.Match[str], text: str) -> bool:
-    """The second of a (user, secret) pair, shorter than a key or not random (the key rule takes the rest)."""
+    """The second of a (user, secret) pair, unless a token (the key rule takes those)."""
     value = match.group(0)
     return (
-        len(value) >= 6
-        and any(not c.isalpha() for c in value)
-        and not (len(value) >= 20 and _looks_random(value))
+        _password_literal(value)
+        and not _token_literal(value)
         and _preceded_by(_PAIR_BEFORE, match.start() - 1, text, 120)
     )
 
 
 def _paired_key(match: re.Match[str], text: str) -> bool:
-    """A (user, token) pair's token: 20 characters or more, random (`basic_auth=("email", "<api token>")`)."""
-    value = match.group(0)
-    return len(value) >= 20 and _looks_random(value) and _preceded_by(_PAIR_BEFORE, match.start() - 1, text, 120)
+    """A (user, token) pair's token (`basic_auth=("email", "<api token>")`)."""
+    return _token_literal(match.group(0)) and _preceded_by(_PAIR_BEFORE, match.start() - 1, text, 120)
 
 
 def _signing_key(match: re.Match[str], text: str) -> bool:
