@@ -1,10 +1,13 @@
 """What is found but not redacted: StarCoder's post-processing rules, applied to pattern and model spans alike.
 
-- spans of 3 characters or fewer;
-- IP addresses that do not parse, private/reserved/loopback ones, and popular public DNS servers;
+- spans of 3 characters or fewer (a password's escapes read as one: `p%2d`), and passwords of URL-parsing tests
+  (`p%252d`, with an escaped `%` or two escapes);
+- IP addresses that do not parse, private/reserved/loopback ones, popular public DNS servers, the IPv6 RFCs'
+  examples and 6bone, IANA's 192.0.0.0/24, and made-up ones (`1.2.3.4`, `16.17.18.19`);
 - example emails (reserved example domains and placeholder mailboxes, the annotation scheme's
-  EMAIL_EXAMPLE), forges' no-reply addresses, `git@host` of git remotes, and emails in a license or copyright
-  line (EMAIL_LICENSE);
+  EMAIL_EXAMPLE), forges' no-reply addresses, mailing lists, fediverse handles (`@jroe@hachyderm.io`), SSH's
+  protocol names (`ssh-rsa-cert-v01@openssh.com`), `git@host` of git remotes, and emails in a license or
+  copyright line (EMAIL_LICENSE);
 - keys that are not gibberish (gibberish-detector, as BigCode used it) or are 8 characters or fewer; hex held by a
   key-named variable, argument or header is a key without that test, as the English bigram model reads random
   hex as words half the time;
@@ -12,15 +15,17 @@
 - keys that say they are examples (AWS documents `AKIAIOSFODNN7EXAMPLE`, `wJalrXUtnFEMI/K7MDENG/...EXAMPLEKEY`);
 - keys in a hash context (detect-secrets' hash exception: sha, md5, hash, checksum, digest, integrity, etag,
   commit or revision on the value's line, the variable's name included), unless a vendor prefix makes them keys;
-- names of one word (NAME must be a full name), and of organisations and projects (`Google LLC`,
-  `The Go Authors`: the word lists of `filters/pii/`);
+- names of one word (NAME must be a full name), all in lower case (`tous les jours`), made up (`John Doe`,
+  BigCode's NAME_EXAMPLE), and of organisations and projects (`Google LLC`, `The Go Authors`: the word lists of
+  `filters/pii/`);
 - usernames inside a forge URL (GitHub, GitLab, Bitbucket, Codeberg, sourcehut: the owner and repository of
   `github.com/<owner>/<repo>`, `<owner>.github.io`, `raw.githubusercontent.com/<owner>/<repo>`,
   `git@github.com:<owner>/<repo>.git`) or that are a code identifier (`x.<name>`, `<name>(`, `<name>.attr`):
   what the model takes for handles in code;
-- placeholder passwords and keys: `${VAR}`, `{password}`, `<password>`, `****`, `your_password`, `changeme`.
+- placeholder passwords, keys and usernames: `${VAR}`, `{password}`, `<password>`, `[Filtered]`, `****`,
+  `your_password`, `changeme`, `admin`, `пароль`, and elided values (`Kh9NV...`).
 
-`keep(...)` returns, for each span, None (redact it) or the rule that spared it, so the tests and the
+`spared_by(span, text)` returns None (redact it) or the rule that spared the span, so the tests and the
 evaluation can say why a span was not redacted.
 """
 
