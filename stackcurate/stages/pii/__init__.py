@@ -105,9 +105,7 @@ class PiiConfig:
     patterns: bool = option(True, "run the pattern recognizers")
     model: str = option("auto", f"the encoder model: {MODEL_CHOICES}", path=True, keywords=("auto", "none"))
     model_entities: tuple[str, ...] = option(MODEL_ENTITIES, "types the model may report")
-    model_lines: str = option(
-        "gated", "lines the model reads: 'gated' (those with a person's context) or 'all'"
-    )
+    model_lines: str = option("gated", "lines the model reads: 'gated' (those with a person's context) or 'all'")
     device: str = option("auto", "where the model runs: 'auto' (a GPU if torch sees one), 'cpu', 'cuda', 'cuda:1'...")
     num_gpus: float = option(0.0, "GPUs per model actor on Ray (0: CPU actors)")
     batch_rows: int = option(256, "rows per in-memory batch")
