@@ -46,12 +46,35 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--overwrite", action="store_true", default=None, help="replace existing output")
     group.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     group.add_argument("--dry-run", action="store_true", default=None, help="print config and plan, run nothing")
+    group.add_argument(
+        "--keep-intermediate",
+        action="store_true",
+        default=None,
+        help="stages that run fused also write their kept rows (for debugging; the final output is the same)",
+    )
+    group.add_argument(
+        "--no-removed-content",
+        dest="removed_content",
+        action="store_false",
+        default=None,
+        help="write removed rows without their content (doc_id, blob_id and path still trace them)",
+    )
 
 
 def _run_options(args: argparse.Namespace, base: dict[str, Any] | None = None) -> Any:
     from stackcurate.pipeline import merge_run_options
 
-    names = ("runner", "ray_address", "workers", "ray_cpus", "overwrite", "progress", "dry_run")
+    names = (
+        "runner",
+        "ray_address",
+        "workers",
+        "ray_cpus",
+        "overwrite",
+        "progress",
+        "dry_run",
+        "keep_intermediate",
+        "removed_content",
+    )
     overrides = {k: getattr(args, k) for k in names}
     return merge_run_options(base or {}, overrides)
 
@@ -195,8 +218,7 @@ def _cmd_run(args: argparse.Namespace) -> None:
         for spec, _ in pipeline.stages:
             print(f"{spec.name}: would run" + ("" if spec.reads_records else " (plans at run time)"))
         return
-    for result in run_pipeline(pipeline, opts):
-        print(result.line())
+    run_pipeline(pipeline, opts, report=lambda result: print(result.line(), flush=True))
     print(f"outputs in {pipeline.out}; try: stackcurate stats {pipeline.out}")
 
 

@@ -9,7 +9,12 @@ config dataclass; relative paths resolve against the YAML's folder:
       ingest: {bundles: [...], repos: [...]}
       language: {languages: ../filters/languages/starcoder2_smol_v1.txt}
 
-Each stage reads the kept rows of the stage before it.
+Each stage reads the kept rows of the stage before it. A run is planned before any work: every stage is built
+(its config and files checked) and fed the columns it needs. It then runs in *groups*: consecutive record
+stages (license's classification, language, filter, decontaminate; dedup's removal and pii) run fused, in one
+pass per shard, on workers that live for the whole run; each stage still writes its own removed rows, errors,
+stats and markers, and only the group's last stage writes kept rows (all of them with `--keep-intermediate`).
+A stage run alone reads the output of the stage before it in the run's pipeline (or in STAGE_ORDER).
 """
 
 import dataclasses
@@ -23,16 +28,23 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from stackcurate.core import io
 from stackcurate.core.config import build_config, dump_yaml, output_settings, to_dict
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import PURGED, Shard, StageDir, TaskContext, plan_fingerprint
+from stackcurate.core.records import check_columns
+from stackcurate.core.stage import PURGED, Shard, ShardJob, StageDir, TaskContext, plan_fingerprint
+from stackcurate.runners import Executor, make_executor
 from stackcurate.stages import STAGE_ORDER, StageSpec, get_stage
+
+PIPELINE_FILE = "_pipeline.json"  # in a run folder: the stages of the last `stackcurate run`, in order
+FUSED_FILE = "_FUSED"  # in a stage folder whose kept rows were not written: it ran fused with the next stage
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
-    """How to run, as opposed to what to compute: none of this changes the output."""
+    """How to run, as opposed to what to compute: none of this changes the final output."""
 
     runner: str = "ray"  # ray | local
     ray_address: str | None = None
@@ -41,6 +53,8 @@ class RunOptions:
     overwrite: bool = False
     progress: bool = True
     dry_run: bool = False
+    keep_intermediate: bool = False  # fused stages also write their kept rows (for debugging)
+    removed_content: bool = True  # removed rows keep their `content` (false: null; doc_id, blob_id, path stay)
 
     def __post_init__(self) -> None:
         if self.runner not in ("ray", "local"):
@@ -49,6 +63,12 @@ class RunOptions:
             raise StackcurateError("--workers must be at least 1")
         if self.ray_cpus is not None and self.ray_cpus < 1:
             raise StackcurateError("--ray-cpus must be at least 1")
+
+    def executor(self) -> Executor:
+        return make_executor(
+            self.runner, address=self.ray_address, workers=self.workers, ray_cpus=self.ray_cpus,
+            progress=self.progress,
+        )  # fmt: skip
 
 
 @dataclass
@@ -71,17 +91,34 @@ class StageResult:
         )
 
 
-def default_input(out: str, stage: str) -> str:
-    """The output of the latest stage before `stage` that exists in `out`."""
-    earlier = STAGE_ORDER[: STAGE_ORDER.index(stage)]
+def predecessor(out: str, stage: str) -> str | None:
+    """The stage whose output `stage` reads when run alone: the one before it in the run's pipeline (the last
+    `stackcurate run` into `out`), else in STAGE_ORDER."""
     fs, root = io.filesystem(out)
-    for name in reversed(earlier):
-        if io.exists(fs, io.join(root, name)):
-            return io.join(out, name)
-    raise StackcurateError(f"no earlier stage output in {out} to read; run `stackcurate ingest --out {out}` first")
+    order = list(STAGE_ORDER)
+    if io.exists(fs, io.join(root, PIPELINE_FILE)):
+        listed = json.loads(io.read_text(fs, io.join(root, PIPELINE_FILE)))["stages"]
+        if stage in listed:
+            order = listed
+    index = order.index(stage)
+    return order[index - 1] if index else None
 
 
-def _check_input_complete(input_uri: str) -> None:
+def default_input(out: str, stage: str) -> str:
+    """The output of `stage`'s predecessor in `out`; a one-line error that says what to run when it is missing."""
+    before = predecessor(out, stage)
+    if before is None:
+        raise StackcurateError(f"{stage} reads no earlier stage; pass --input")
+    fs, root = io.filesystem(out)
+    if not io.exists(fs, io.join(root, before)):
+        raise StackcurateError(
+            f"{stage} reads the output of {before}, which is not in {out}: run `stackcurate {before} --out {out}` "
+            f"first, or pass --input"
+        )
+    return io.join(out, before)
+
+
+def _check_input_complete(input_uri: str, stage: str) -> None:
     fs, path = io.filesystem(input_uri)
     if io.exists(fs, io.join(path, "_plan.json")) and not io.exists(fs, io.join(path, "_SUCCESS")):
         raise StackcurateError(f"{input_uri} is incomplete (an interrupted run); rerun that stage first")
@@ -89,75 +126,145 @@ def _check_input_complete(input_uri: str) -> None:
         raise StackcurateError(
             f"{input_uri} was purged (`stackcurate purge` dropped its text); rerun the pipeline with --overwrite"
         )
+    if io.exists(fs, io.join(path, FUSED_FILE)):
+        raise StackcurateError(
+            f"{stage} cannot read {input_uri}: that stage ran fused in `stackcurate run` and did not write its kept "
+            "rows; rerun the pipeline with --keep-intermediate, or pass --input"
+        )
 
 
-def run_stage(spec: StageSpec, cfg: Any, out: str, opts: RunOptions, *, input_uri: str | None = None) -> StageResult:
-    """Plan, prepare the output folder, run the pending shards and commit the stage."""
+def run_stage(
+    spec: StageSpec,
+    cfg: Any,
+    out: str,
+    opts: RunOptions,
+    *,
+    input_uri: str | None = None,
+    executor: Executor | None = None,
+) -> StageResult:
+    """Plan, prepare the output folder, run the pending shards and commit one stage."""
+    spec.build(cfg)  # check the config and its files here, as one-line errors, before any worker starts
     if spec.reads_records:
         input_uri = input_uri or default_input(out, spec.name)
-        _check_input_complete(input_uri)
+    own = executor is None
+    executor = executor or opts.executor()
+    try:
+        return _run_group([(spec, cfg)], out, opts, input_uri, executor)[0]
+    finally:
+        if own:
+            executor.close()
+
+
+def _run_group(
+    members: list[tuple[StageSpec, Any]], out: str, opts: RunOptions, input_uri: str | None, executor: Executor
+) -> list[StageResult]:
+    """Run consecutive stages as one pass per shard (one stage alone is a group of one): plan the first stage's
+    shards, prepare every stage (its global work, e.g. dedup's clustering), run the shards no stage has
+    finished, and commit each stage."""
+    if input_uri is not None:
+        _check_input_complete(input_uri, members[0][0].name)
     started = time.perf_counter()
-    if spec.scan is not None and getattr(cfg, "detections", None) is None:
-        scan = spec.scan()
-        run_stage(scan, cfg, out, opts, input_uri=input_uri)
-        cfg = dataclasses.replace(cfg, detections=io.join(out, scan.name))
-    spec.build(cfg)  # check the config and its files here, as one-line errors, before any worker starts
-    shards = spec.plan(cfg, input_uri)
-    stage_dir = StageDir(out, spec.name)
+    first, first_cfg = members[0]
+    shards = first.plan(first_cfg, input_uri)
+    dirs = [StageDir(out, spec.name) for spec, _ in members]
     if opts.dry_run:
         kinds: dict[str, int] = {}
         for s in shards:
             kinds[s.kind] = kinds.get(s.kind, 0) + 1
-        return StageResult(
-            spec.name,
-            len(shards),
-            0,
-            plan=[f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {stage_dir.uri}"],
-        )
+        plan = [f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {d.uri}" for d in dirs]
+        return [StageResult(spec.name, len(shards), 0, plan=plan) for spec, _ in members]
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
-    ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, partial(_map_tasks, opts))
-    if spec.prepare is not None:
-        cfg = spec.prepare(cfg, ctx)
-    config = to_dict(cfg)
-    done = stage_dir.prepare(
-        plan_fingerprint(spec.name, output_settings(cfg), shards, out=out), overwrite=opts.overwrite
-    )
+    ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, executor.map,
+                      partial(_run_pass, out, input_uri, shards, opts, executor, run_id))  # fmt: skip
+    cfgs = []
+    for spec, cfg in members:
+        cfgs.append(spec.prepare(cfg, ctx) if spec.prepare is not None else cfg)
+    last = len(members) - 1
+    keep = tuple(opts.keep_intermediate or i == last for i in range(len(members)))
+    done: set[int] | None = None
+    for i, ((spec, _), cfg, stage_dir) in enumerate(zip(members, cfgs, dirs, strict=True)):
+        settings: dict[str, Any] = output_settings(cfg)
+        if i:  # a fused stage's output also depends on every stage before it in the group
+            before = zip(members[:i], cfgs[:i], strict=True)
+            settings = {**settings, "fused_after": [[s.name, output_settings(c)] for (s, _), c in before]}
+            settings["kept_rows"] = keep[i]
+        finished = stage_dir.prepare(plan_fingerprint(spec.name, settings, shards, out=out), overwrite=opts.overwrite)
+        done = finished if done is None else done & finished
+    assert done is not None
     pending = [s for s in shards if s.index not in done]
     summaries: list[dict[str, Any]] = []
     if pending:
-        factory = partial(spec.build, cfg)
-        if opts.runner == "ray":
-            from stackcurate.runners import ray as runner
-
-            summaries = runner.run(
-                factory,
-                pending,
-                stage_dir,
-                run_id,
-                address=opts.ray_address,
-                workers=opts.workers,
-                ray_cpus=opts.ray_cpus,
-                progress=opts.progress,
-                resources=spec.resources(cfg) if spec.resources is not None else None,
-            )
-        else:
-            from stackcurate.runners import local
-
-            summaries = local.run(factory, pending, stage_dir, run_id, progress=opts.progress)
+        job = ShardJob(
+            key=f"{run_id}-{'+'.join(spec.name for spec, _ in members)}",
+            factories=tuple(_Factory(spec.build, cfg) for (spec, _), cfg in zip(members, cfgs, strict=True)),
+            dirs=tuple(dirs),
+            run_id=run_id,
+            keep=keep,
+            removed_content=opts.removed_content,
+        )
+        gpus = max((spec.resources(cfg).get("num_gpus", 0.0) for (spec, _), cfg in zip(members, cfgs, strict=True)
+                    if spec.resources is not None), default=0.0)  # fmt: skip
+        summaries = executor.run_shards(job, pending, num_gpus=gpus)
     # A shard left uncommitted (its store was down) keeps the stage unfinished: no _SUCCESS, so the next
     # run redoes exactly those shards; the finished ones are kept.
+    for (spec, _), stage_dir in zip(members, dirs, strict=True):
+        committed = stage_dir.done_shards()
+        if unfinished := [s for s in shards if s.index not in committed]:
+            raise StackcurateError(_unfinished_line(spec.name, shards, unfinished, summaries))
+    results = []
+    for i, ((spec, _), cfg, stage_dir) in enumerate(zip(members, cfgs, dirs, strict=True)):
+        if spec.finish is not None:
+            spec.finish(cfg, ctx)
+        source = input_uri if i == 0 else dirs[i - 1].uri
+        fused = io.join(stage_dir.root, FUSED_FILE)
+        if keep[i]:
+            if io.exists(stage_dir.fs, fused):
+                stage_dir.fs.delete_file(fused)
+        else:
+            io.write_bytes_atomic(stage_dir.fs, fused, members[i + 1][0].name.encode())
+        stage_dir.finish(dump_yaml({"stage": spec.name, "input": source, "config": to_dict(cfg)}))
+        result = StageResult(spec.name, len(shards), len(pending), seconds=time.perf_counter() - started)
+        for marker in io.expand(stage_dir.fs, io.join(stage_dir.root, "_shards"), suffix=".json"):
+            summary = json.loads(io.read_text(stage_dir.fs, marker))
+            for key in ("docs_in", "docs_out", "docs_removed", "errors", "bytes_out"):
+                setattr(result, key, getattr(result, key) + summary[key])
+        results.append(result)
+    return results
+
+
+def _run_pass(
+    out: str,
+    input_uri: str | None,
+    shards: list[Shard],
+    opts: RunOptions,
+    executor: Executor,
+    run_id: str,
+    name: str,
+    factory: Any,
+    settings: dict[str, Any],
+) -> str:
+    """A record pass over a stage's input into `<out>/<name>` (see TaskContext.run_pass); its folder."""
+    stage_dir = StageDir(out, name)
+    done = stage_dir.prepare(plan_fingerprint(name, settings, shards, out=out), overwrite=opts.overwrite)
+    pending = [s for s in shards if s.index not in done]
+    job = ShardJob(key=f"{run_id}-{name}", factories=(factory,), dirs=(stage_dir,), run_id=run_id, keep=(True,))
+    summaries = executor.run_shards(job, pending)
     committed = stage_dir.done_shards()
     if unfinished := [s for s in shards if s.index not in committed]:
-        raise StackcurateError(_unfinished_line(spec.name, shards, unfinished, summaries or []))
-    if spec.finish is not None:
-        spec.finish(cfg, ctx)
-    stage_dir.finish(dump_yaml({"stage": spec.name, "input": input_uri, "config": config}))
-    result = StageResult(spec.name, len(shards), len(pending), seconds=time.perf_counter() - started)
-    for marker in io.expand(stage_dir.fs, io.join(stage_dir.root, "_shards"), suffix=".json"):
-        summary = json.loads(io.read_text(stage_dir.fs, marker))
-        for key in ("docs_in", "docs_out", "docs_removed", "errors", "bytes_out"):
-            setattr(result, key, getattr(result, key) + summary[key])
-    return result
+        raise StackcurateError(_unfinished_line(name, shards, unfinished, summaries))
+    stage_dir.finish(dump_yaml({"stage": name, "input": input_uri, "config": settings}))
+    return stage_dir.uri
+
+
+@dataclass(frozen=True)
+class _Factory:
+    """Builds a stage from its config on a worker (a plain callable object, so that it pickles)."""
+
+    build: Any
+    cfg: Any
+
+    def __call__(self) -> Any:
+        return self.build(self.cfg)
 
 
 def _unfinished_line(stage: str, shards: list[Shard], unfinished: list[Shard], summaries: list[dict[str, Any]]) -> str:
@@ -172,19 +279,6 @@ def _unfinished_line(stage: str, shards: list[Shard], unfinished: list[Shard], s
     cause, _ = causes.most_common(1)[0]
     more = f" (and {len(causes) - 1} other causes)" if len(causes) > 1 else ""
     return f"{stage}: {what} not done: {cause}{more}; rerun the same command when the store is back{kept}"
-
-
-def _map_tasks(opts: RunOptions, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:
-    if opts.runner == "ray":
-        from stackcurate.runners import ray as runner
-
-        return runner.map_tasks(
-            fn, items, desc, address=opts.ray_address, workers=opts.workers, ray_cpus=opts.ray_cpus,
-            progress=opts.progress,
-        )  # fmt: skip
-    from stackcurate.runners import local
-
-    return local.map_tasks(fn, items, desc, progress=opts.progress)
 
 
 @dataclass(frozen=True)
@@ -218,14 +312,57 @@ def load_pipeline(path: str | Path) -> Pipeline:
     return Pipeline(out=out, stages=stages, run=data.get("run") or {})
 
 
-def run_pipeline(pipeline: Pipeline, opts: RunOptions) -> list[StageResult]:
-    results = []
-    previous: str | None = None
+def plan_groups(stages: list[tuple[StageSpec, Any]]) -> list[list[tuple[StageSpec, Any]]]:
+    """The stages in groups that run fused: a stage that may run fused (`fuse="any"`) joins the group before
+    it, unless that group ends with a stage that is never fused."""
+    groups: list[list[tuple[StageSpec, Any]]] = []
+    for spec, cfg in stages:
+        if groups and spec.fuse == "any" and groups[-1][-1][0].fuse != "no":
+            groups[-1].append((spec, cfg))
+        else:
+            groups.append([(spec, cfg)])
+    return groups
+
+
+def check_pipeline(pipeline: Pipeline) -> None:
+    """Build every stage (its config and files are checked) and check that each gets the columns it needs,
+    before any work: one line for the first problem."""
+    schema: pa.Schema | None = None
+    source = ""
     for spec, cfg in pipeline.stages:
-        input_uri = previous if spec.reads_records else None
-        result = run_stage(spec, cfg, pipeline.out, opts, input_uri=input_uri)
-        results.append(result)
-        previous = io.join(pipeline.out, spec.name)
+        stage = spec.build(cfg)
+        if schema is not None:
+            check_columns(stage, schema, source)
+        after = getattr(stage, "schema_after", None)
+        schema = after(schema) if after is not None and (schema is not None or not spec.reads_records) else None
+        source = spec.name
+
+
+def run_pipeline(
+    pipeline: Pipeline, opts: RunOptions, report: Callable[[StageResult], None] | None = None
+) -> list[StageResult]:
+    """Run every stage of `pipeline` in fused groups (see the module docstring), on one executor: Ray starts
+    once and its workers serve every stage. `report` gets each stage's result as soon as it is committed."""
+    check_pipeline(pipeline)
+    fs, root = io.filesystem(pipeline.out)
+    if not opts.dry_run:
+        fs.create_dir(root, recursive=True)
+        names = [spec.name for spec, _ in pipeline.stages]
+        io.write_bytes_atomic(fs, io.join(root, PIPELINE_FILE), json.dumps({"stages": names}).encode())
+    results: list[StageResult] = []
+    previous: str | None = None
+    executor = opts.executor()
+    try:
+        for group in plan_groups(pipeline.stages):
+            first = group[0][0]
+            input_uri = (previous or default_input(pipeline.out, first.name)) if first.reads_records else None
+            for result in _run_group(group, pipeline.out, opts, input_uri, executor):
+                results.append(result)
+                if report is not None:
+                    report(result)
+            previous = io.join(pipeline.out, group[-1][0].name)
+    finally:
+        executor.close()
     return results
 
 

@@ -51,8 +51,13 @@ def test_missing_glob_is_one_line(tmp_path, capsys):
     assert "no bundle file matches" in line
 
 
-def test_language_before_ingest_says_to_run_ingest(tmp_path, capsys):
-    assert "stackcurate ingest" in _one_line_error(capsys, ["language", "--out", str(tmp_path / "o")])
+def test_a_stage_run_alone_without_its_predecessor_says_what_to_run(tmp_path, capsys):
+    out = tmp_path / "o"
+    line = _one_line_error(capsys, ["license", "--out", str(out)])
+    assert line.endswith(f"license reads the output of ingest, which is not in {out}: run `stackcurate ingest --out {out}` first, or pass --input")
+    (out / "ingest").mkdir(parents=True)  # ingest ran, license did not: language does not skip it
+    line = _one_line_error(capsys, ["language", "--out", str(out)])
+    assert "language reads the output of license" in line and "stackcurate license" in line
 
 
 def test_typo_in_config_file_gets_a_suggestion(tmp_path, capsys):

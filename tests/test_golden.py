@@ -12,7 +12,10 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.mark.parametrize("runner", ["local", pytest.param("ray", marks=pytest.mark.ray)])
-def test_pipeline_matches_golden(tmp_path, runner, request):
+@pytest.mark.parametrize("keep", [False, True], ids=["fused", "keep-intermediate"])
+def test_pipeline_matches_golden(tmp_path, runner, keep, request):
+    """The fused run (license to decontaminate in one pass per shard) and the run that also writes every
+    stage's kept rows give the golden removed rows, errors and final rows, on either runner."""
     if runner == "ray":
         request.getfixturevalue("ray_local")
     import sys
@@ -21,12 +24,14 @@ def test_pipeline_matches_golden(tmp_path, runner, request):
     from make_mini import outcome
 
     out = tmp_path / "out"
-    assert (
-        main(["run", str(FIXTURES / "mini" / "pipeline.yaml"), "--out", str(out), "--runner", runner, "--no-progress"])
-        == 0
-    )
-    assert outcome(out) == json.loads((FIXTURES / "mini_golden.json").read_text())
-    latin1 = duckdb.sql(f"select content, src_encoding from '{out}/language/*.parquet' where path = '/latin1.py'")
+    argv = ["run", str(FIXTURES / "mini" / "pipeline.yaml"), "--out", str(out), "--runner", runner, "--no-progress"]
+    assert main(argv + (["--keep-intermediate"] if keep else [])) == 0
+    golden = json.loads((FIXTURES / "mini_golden.json").read_text())
+    if not keep:  # only the last stage of the fused group writes kept rows
+        for stage in ("license", "language", "filter"):
+            golden[stage]["kept"] = None
+    assert outcome(out) == golden
+    latin1 = duckdb.sql(f"select content, src_encoding from '{out}/decontaminate/*.parquet' where path = '/latin1.py'")
     assert latin1.fetchall() == [("# caf\u00e9 cr\u00e8me\nprint('ok')\n", "Windows-1252")]
     assert not (tmp_path / "escape.txt").exists() and not (out.parent / "escape.txt").exists()
 

@@ -59,19 +59,19 @@ def test_a_run_folder_moved_with_its_inputs_resumes(tmp_path, capsys):
     assert main(_mini_run(tmp_path / "a")) == 0
     first = data_files(tmp_path / "a" / "out")
     shutil.move(tmp_path / "a", tmp_path / "b")
-    # An interrupted stage: language lost its last shard's marker and files.
+    # An interrupted fused group: language lost its last shard's marker and files.
     language = tmp_path / "b" / "out" / "language"
     last = sorted((language / "_shards").glob("*.json"))[-1]
     last.unlink()
-    (language / f"{last.stem}.parquet").unlink()
+    (language / "removed" / f"{last.stem}.parquet").unlink()
     (language / "_SUCCESS").unlink()
     capsys.readouterr()
     argv = ["run", str(tmp_path / "b" / "mini" / "pipeline.yaml"), "--runner", "local", "--no-progress"]
     assert main(argv) == 0
     results = _results(capsys.readouterr().out)
-    assert "(1 run now)" in results["language"]
-    for stage in ("ingest", "license", "filter", "decontaminate"):
-        assert "(0 run now)" in results[stage], stage
+    for stage in ("license", "language", "filter", "decontaminate"):  # the shard of the group, once more
+        assert "(1 run now)" in results[stage], stage
+    assert "(0 run now)" in results["ingest"]
     assert data_files(tmp_path / "b" / "out") == first
 
 
@@ -137,3 +137,69 @@ def test_settings_of_how_to_run_may_change_between_a_run_and_its_resume(tmp_path
     assert "(0 run now)" in _results(capsys.readouterr().out)["ingest"]
     assert main([*argv, "--max-bytes", "10"]) == 2  # this one changes what is kept
     assert "holds output of a different input or config" in capsys.readouterr().err
+
+
+class _Killed(BaseException):
+    """Stands for the process dying: not an Exception, so nothing on the way catches it."""
+
+
+class _DiesOnShard:
+    """Wraps a stage of a fused group: the run dies in its call after `after_calls` calls, with the group's files
+    open."""
+
+    def __init__(self, stage: object, after_calls: int) -> None:
+        self.stage, self.name, self.calls, self.after = stage, stage.name, 0, after_calls
+        self.schema_after = stage.schema_after
+
+    def read(self, shard: object) -> object:
+        return self.stage.read(shard)
+
+    def output_schema(self, shard: object) -> object:
+        return self.stage.output_schema(shard)
+
+    def __call__(self, table: object) -> object:
+        self.calls += 1
+        if self.calls > self.after:
+            raise _Killed
+        return self.stage(table)
+
+
+def test_a_run_killed_inside_the_fused_group_resumes_to_the_same_files(tmp_path, capsys):
+    """Killed in the middle of license-to-decontaminate, with some shards committed, one half-committed (its last
+    stage's marker missing) and a temporary file left: the rerun redoes just the unfinished shards, and every
+    committed file equals an uninterrupted run's."""
+    import dataclasses
+
+    from stackcurate.pipeline import RunOptions, load_pipeline, run_pipeline
+
+    argv = _mini_run(tmp_path)
+    yaml = tmp_path / "mini/pipeline.yaml"
+    yaml.write_text(yaml.read_text().replace("    content: .\n", "    content: .\n    rows_per_shard: 3\n"))
+    assert main(argv) == 0
+    out = tmp_path / "out"
+    clean = data_files(out)
+    shards = len(list((out / "license/_shards").glob("*.json")))
+    shutil.rmtree(out)
+
+    pipeline = load_pipeline(yaml)
+    stages = []
+    for spec, cfg in pipeline.stages:
+        if spec.name == "filter":  # dies on its 4th table: the 4th shard (one table each)
+            build = spec.build
+            spec = dataclasses.replace(spec, build=lambda c, build=build: _DiesOnShard(build(c), 3))
+        stages.append((spec, cfg))
+    opts = RunOptions(runner="local", progress=False)
+    with pytest.raises(_Killed):
+        run_pipeline(dataclasses.replace(pipeline, stages=stages), opts)
+    markers = {s: sorted(p.stem for p in (out / s / "_shards").glob("*.json")) for s in ("license", "decontaminate")}
+    assert markers["license"] == markers["decontaminate"] == ["00000", "00001", "00002"], markers
+    assert not (out / "decontaminate/_SUCCESS").exists()
+    (out / "decontaminate/_shards/00001.json").unlink()  # killed between the markers of shard 00001
+    (out / "filter/removed/00005.parquet.tmp-dead").write_bytes(b"half a file")
+    capsys.readouterr()
+    assert main(argv) == 0
+    results = _results(capsys.readouterr().out)
+    for stage in ("license", "language", "filter", "decontaminate"):
+        assert f"{shards} shards ({shards - 2} run now)" in results[stage], (stage, results[stage])
+    assert data_files(out) == clean
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]

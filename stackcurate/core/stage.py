@@ -109,8 +109,11 @@ class TaskContext:
         shards: The stage's plan (its shards over the input).
         overwrite: Replace earlier output of a different input or config.
         run_id: Identifies this run in stats rows.
-        map: Runs `fn(*item)` for every item on the chosen runner and returns the results in order;
+        map: Runs `fn(*item)` for every item on the run's executor and returns the results in order;
             `map(fn, items, description)`.
+        run_pass: Runs a record pass over the stage's input into `<out>/<name>` (license's scan), resumable
+            like a stage, and returns that folder; `run_pass(name, factory, settings)`, where `settings` are
+            what the pass's output depends on.
     """
 
     out: str
@@ -119,6 +122,7 @@ class TaskContext:
     overwrite: bool
     run_id: str
     map: Callable[[Callable[..., Any], list[tuple[Any, ...]], str], list[Any]]
+    run_pass: Callable[[str, "StageFactory", dict[str, Any]], str]
 
 
 def _marked(fs: pafs.FileSystem, marker: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -356,75 +360,160 @@ def _guarded_read(stage: Stage, shard: Shard, errors: io.AtomicParquetWriter) ->
         yield table
 
 
-def run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[str, Any]:
-    """Run one shard end to end and commit it; return its summary (also stored in its marker). A full disk is
-    a one-line error naming the output (the shard's temporary files are gone, its finished siblings kept)."""
+@dataclass(frozen=True)
+class ShardJob:
+    """What a worker needs to run the shards of one stage, or of a fused group of record stages.
+
+    A fused group runs consecutive record stages in one pass per shard: the first stage reads the shard, each
+    stage's callable takes the rows the one before it kept, and every stage writes its own removed, errors and
+    stats files and its marker, under its own folder, with the same shard number. Kept rows are written only
+    by the last stage, and by those in `keep` (`--keep-intermediate`).
+
+    Attributes:
+        key: Unique to one stage run: a worker builds the stages once per key and reuses them.
+        factories: Build each stage of the group, in order (on the worker).
+        dirs: Each stage's output folder.
+        run_id: Identifies this run in stats rows.
+        keep: Whether each stage writes its kept rows (the last one always does).
+        removed_content: Whether removed rows keep their `content` (else it is written as null).
+    """
+
+    key: str
+    factories: tuple[StageFactory, ...]
+    dirs: tuple[StageDir, ...]
+    run_id: str
+    keep: tuple[bool, ...] = ()
+    removed_content: bool = True
+
+    @property
+    def name(self) -> str:
+        return "+".join(d.stage for d in self.dirs)
+
+    def build(self) -> list[Stage]:
+        return [factory() for factory in self.factories]
+
+    def run(self, stages: list[Stage], shard: Shard) -> dict[str, Any]:
+        """Run one shard end to end and commit it; return its summary (the last stage's marker)."""
+        return run_shard(stages, shard, self)
+
+
+def run_shard(stages: list[Stage], shard: Shard, job: ShardJob) -> dict[str, Any]:
+    """Run one shard of a stage (or of a fused group) and commit it. A full disk is a one-line error naming the
+    output (the shard's temporary files are gone, its finished siblings kept)."""
     try:
-        return _run_shard(stage, shard, out, run_id)
+        return _run_shard(stages, shard, job)
     except OSError as exc:
         if is_disk_full(exc):
             raise StackcurateError(
-                f"{stage.name}: no space left on the device holding {out.uri} (writing shard {shard.name}); "
+                f"{job.name}: no space left on the device holding {job.dirs[-1].uri} (writing shard {shard.name}); "
                 "free some space or choose another --out, then rerun the same command to resume"
             ) from None
         raise
 
 
-def _run_shard(stage: Stage, shard: Shard, out: StageDir, run_id: str) -> dict[str, Any]:
+class _StageWriters:
+    """One stage's files for one shard: kept rows (unless fused away), removed rows, errors, counters."""
+
+    def __init__(self, stage: Stage, out: StageDir, shard: Shard, schema: pa.Schema, keep: bool) -> None:
+        self.stage, self.out, self.schema = stage, out, schema
+        self.removed_schema = getattr(stage, "removed_schema", with_reason)(schema)
+        self.data = io.AtomicParquetWriter(out.fs, out.path("data", shard), schema) if keep else None
+        self.removed = io.AtomicParquetWriter(out.fs, out.path("removed", shard), self.removed_schema)
+        self.errors = io.AtomicParquetWriter(out.fs, out.path("errors", shard), ERROR_SCHEMA)
+        self.counters = Counters()
+        self.kept_rows = 0
+        self.seconds = 0.0
+
+    @property
+    def writers(self) -> list[io.AtomicParquetWriter]:
+        return [w for w in (self.data, self.removed, self.errors) if w is not None]
+
+    def take(self, table: pa.Table, removed_content: bool) -> pa.Table:
+        """Run the stage on `table`, write what it removed and its errors; return the kept rows."""
+        started = time.perf_counter()
+        self.counters.count(table, "in")
+        result = self.stage(table)
+        kept = conform(result.kept, self.schema)
+        if self.data is not None:
+            self.data.write(kept)
+        self.kept_rows += kept.num_rows
+        self.counters.count(result.kept, "out")
+        if result.removed is not None:
+            removed = conform(result.removed, self.removed_schema)
+            if not removed_content and "content" in removed.column_names and removed.num_rows:
+                index = removed.schema.get_field_index("content")
+                field = removed.schema.field(index)
+                removed = removed.set_column(index, field, pa.nulls(removed.num_rows, field.type))
+            self.removed.write(removed)
+            self.counters.count(result.removed, "removed")
+        if result.errors is not None:
+            self.errors.write(conform(result.errors, ERROR_SCHEMA))
+            self.counters.count(result.errors, "error")
+        for (metric, language, reason), value in (result.stats or {}).items():
+            self.counters.add(metric, language, reason, value)
+        self.seconds += time.perf_counter() - started
+        return kept
+
+    def commit(self, shard: Shard, run_id: str) -> dict[str, Any]:
+        for writer in self.writers:
+            writer.commit()
+        self.counters.add("seconds", None, None, self.seconds)
+        stats = io.AtomicParquetWriter(self.out.fs, self.out.path("stats", shard), STATS_SCHEMA)
+        stats.write(self.counters.table(run_id, self.stage.name, shard.index))
+        stats.commit()
+        values = self.counters.values.items()
+        return {
+            "shard": shard.index,
+            "docs_in": int(sum(v for (m, _, _), v in values if m == "docs_in")),
+            "docs_out": self.kept_rows,
+            "docs_removed": self.removed.rows,
+            "errors": self.errors.rows,
+            "bytes_out": int(sum(v for (m, _, _), v in values if m == "bytes_out")),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _run_shard(stages: list[Stage], shard: Shard, job: ShardJob) -> dict[str, Any]:
     started = time.perf_counter()
-    schema = stage.output_schema(shard)
-    removed_schema = getattr(stage, "removed_schema", with_reason)(schema)
-    writers = {
-        "data": io.AtomicParquetWriter(out.fs, out.path("data", shard), schema),
-        "removed": io.AtomicParquetWriter(out.fs, out.path("removed", shard), removed_schema),
-        "errors": io.AtomicParquetWriter(out.fs, out.path("errors", shard), ERROR_SCHEMA),
-    }
-    counters = Counters()
+    keep = job.keep or (False,) * len(stages)
+    schema = stages[0].output_schema(shard)
+    steps = []
+    for i, (stage, out) in enumerate(zip(stages, job.dirs, strict=True)):
+        if i:
+            schema = stage.schema_after(schema)  # pyright: ignore[reportAttributeAccessIssue] - record stages
+        steps.append(_StageWriters(stage, out, shard, schema, keep=keep[i] or i == len(stages) - 1))
     try:
-        for table in _guarded_read(stage, shard, writers["errors"]):
-            counters.count(table, "in")
-            result = stage(table)
-            writers["data"].write(conform(result.kept, schema))
-            counters.count(result.kept, "out")
-            if result.removed is not None:
-                writers["removed"].write(conform(result.removed, removed_schema))
-                counters.count(result.removed, "removed")
-            if result.errors is not None:
-                writers["errors"].write(conform(result.errors, ERROR_SCHEMA))
-                counters.count(result.errors, "error")
-            for (metric, language, reason), value in (result.stats or {}).items():
-                counters.add(metric, language, reason, value)
+        tables = _guarded_read(stages[0], shard, steps[0].errors)
+        while True:
+            reading = time.perf_counter()
+            table = next(tables, None)
+            steps[0].seconds += time.perf_counter() - reading  # reading the shard is the first stage's time
+            if table is None:
+                break
+            for step in steps:
+                table = step.take(table, job.removed_content)
     except io.StoreUnavailable as exc:
         # Not committed: no marker, so the next run redoes the shard once the store is back. The summary says
         # why, for the stage's closing line (pipeline.run_stage), and has the usual counters for the runners.
-        for writer in writers.values():
-            writer.abort()
-        log.debug("%s shard %s left for a rerun: %s", stage.name, shard.name, exc)
+        for step in steps:
+            for writer in step.writers:
+                writer.abort()
+        log.debug("%s shard %s left for a rerun: %s", job.name, shard.name, exc)
         keys = ("docs_in", "docs_out", "docs_removed", "errors", "bytes_out")
         return {"shard": shard.index, **dict.fromkeys(keys, 0), "unavailable": str(exc)}
     except BaseException:
-        for writer in writers.values():
-            writer.abort()
+        for step in steps:
+            for writer in step.writers:
+                writer.abort()
         raise
-    for writer in writers.values():
-        writer.commit()
-    seconds = time.perf_counter() - started
-    counters.add("seconds", None, None, seconds)
-    stats = io.AtomicParquetWriter(out.fs, out.path("stats", shard), STATS_SCHEMA)
-    stats.write(counters.table(run_id, stage.name, shard.index))
-    stats.commit()
-    summary = {
-        "shard": shard.index,
-        "docs_in": int(sum(v for (m, _, _), v in counters.values.items() if m == "docs_in")),
-        "docs_out": writers["data"].rows,
-        "docs_removed": writers["removed"].rows,
-        "errors": writers["errors"].rows,
-        "bytes_out": int(sum(v for (m, _, _), v in counters.values.items() if m == "bytes_out")),
-        "seconds": round(seconds, 3),
-    }
-    io.write_bytes_atomic(out.fs, out.path("_shards", shard, ".json"), json.dumps(summary).encode())
+    if len(steps) == 1:
+        steps[0].seconds = time.perf_counter() - started  # a stage alone: the shard's whole time, as always
+    summaries = [step.commit(shard, job.run_id) for step in steps]
+    # The markers last, in stage order: a shard is done when every stage of its group has one.
+    for step, summary in zip(steps, summaries, strict=True):
+        io.write_bytes_atomic(step.out.fs, step.out.path("_shards", shard, ".json"), json.dumps(summary).encode())
     pa.default_memory_pool().release_unused()  # a long-lived worker hands back what this shard freed
-    return summary
+    return {**summaries[-1], "stages": summaries}
 
 
 def records_schema(shard: Shard, s3: io.S3Options | None = None) -> pa.Schema:

@@ -1,0 +1,35 @@
+"""Executors: where shards and tasks run. `LocalExecutor` (this process) and `RayExecutor` (Ray actors that live
+for the whole run) have the same interface; a run builds one from its options and passes it down."""
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from stackcurate.core.stage import Shard, ShardJob
+
+
+class Executor(Protocol):
+    def run_shards(self, job: ShardJob, shards: list[Shard], *, num_gpus: float = 0.0) -> list[dict[str, Any]]:
+        """Run each shard of a stage (or fused group) with `job`; the shards' summaries."""
+        ...
+
+    def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:
+        """`fn(*item)` for each item; results in item order."""
+        ...
+
+    def close(self) -> None:
+        """Release the workers (the run is over)."""
+        ...
+
+
+def make_executor(
+    runner: str, *, address: str | None = None, workers: int | None = None, ray_cpus: int | None = None,
+    progress: bool = True,
+) -> Executor:  # fmt: skip
+    """The executor for `runner` (`ray` or `local`)."""
+    if runner == "local":
+        from stackcurate.runners.local import LocalExecutor
+
+        return LocalExecutor(progress=progress)
+    from stackcurate.runners.ray import RayExecutor
+
+    return RayExecutor(address=address, workers=workers, ray_cpus=ray_cpus, progress=progress)

@@ -1,29 +1,37 @@
-"""Run shards one after another in this process (debugging, tests, tiny inputs)."""
+"""Run shards and tasks one after another in this process (debugging, tests, tiny inputs)."""
 
 from collections.abc import Callable
 from typing import Any
 
 from tqdm import tqdm
 
-from stackcurate.core.stage import Shard, StageDir, StageFactory, run_shard
+from stackcurate.core.stage import Shard, ShardJob
 
 
-def run(
-    factory: StageFactory, shards: list[Shard], out: StageDir, run_id: str, *, progress: bool = True
-) -> list[dict[str, Any]]:
-    stage = factory()
-    summaries = []
-    with tqdm(total=len(shards), desc=stage.name, unit="shard", disable=not progress) as bar:
-        for shard in shards:
-            summaries.append(run_shard(stage, shard, out, run_id))
-            bar.update()
-            bar.set_postfix(docs=sum(s["docs_in"] for s in summaries), refresh=False)
-    return summaries
+class LocalExecutor:
+    """The in-process twin of :class:`stackcurate.runners.ray.RayExecutor`."""
 
+    def __init__(self, *, progress: bool = True) -> None:
+        self.progress = progress
+        self._key: str | None = None
+        self._stages: Any = None
 
-def map_tasks(fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str, *, progress: bool = True) -> list[Any]:
-    """`fn(*item)` for each item, in order (the in-process twin of :func:`stackcurate.runners.ray.map_tasks`)."""
-    results = []
-    for item in tqdm(items, desc=desc, unit="task", disable=not progress or not items):
-        results.append(fn(*item))
-    return results
+    def run_shards(self, job: ShardJob, shards: list[Shard], *, num_gpus: float = 0.0) -> list[dict[str, Any]]:
+        if self._key != job.key:
+            self._stages, self._key = job.build(), job.key
+        summaries = []
+        with tqdm(total=len(shards), desc=job.name, unit="shard", disable=not self.progress or not shards) as bar:
+            for shard in shards:
+                summaries.append(job.run(self._stages, shard))
+                bar.update()
+        return summaries
+
+    def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:
+        """`fn(*item)` for each item, in order."""
+        results = []
+        for item in tqdm(items, desc=desc, unit="task", disable=not self.progress or not items):
+            results.append(fn(*item))
+        return results
+
+    def close(self) -> None:
+        self._key, self._stages = None, None

@@ -1,9 +1,11 @@
-"""Run shards on Ray: an embedded local Ray by default, an existing cluster with `--ray-address`.
+"""Run shards and tasks on Ray: an embedded local Ray by default, an existing cluster with `--ray-address`.
 
-A set of Ray actors takes the pending shards one at a time. Each actor builds the stage once (heavy
-resources load once per worker) and runs whole shards with :func:`run_shard`, which writes and commits
-the shard's files itself. So output file names and contents depend only on the plan, never on how many
-workers ran, and a shard lost with its worker is simply redone, by another worker of this run or by a rerun.
+:class:`RayExecutor` starts or joins Ray once, and keeps a set of actors for the whole run. They take the
+pending shards of a stage one at a time, building the stage (or fused group) once per stage run, and the
+tasks of multi-phase stages, so imports, compiled kernels and indexes load once per worker, not once per
+stage or phase. Each shard is written and committed by :func:`stackcurate.core.stage.run_shard` itself, so
+output file names and contents depend only on the plan, never on how many workers ran, and a shard lost
+with its worker is simply redone, by another worker of this run or by a rerun.
 
 Failures, and what the driver does with them:
 
@@ -18,18 +20,20 @@ Failures, and what the driver does with them:
 """
 
 import contextlib
+import gc
 import logging
 import os
 import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from tqdm import tqdm
 
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageDir, StageFactory, run_shard
+from stackcurate.core.stage import Shard, ShardJob
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,7 @@ MAX_ATTEMPTS = 4  # per shard: a shard that kills its worker every time (an inpu
 POLL_S = 1.0  # how long the driver waits on its workers before it looks at the clock again
 CONNECT_TIMEOUT_S = 5.0  # for the TCP probe of --ray-address: a live cluster answers in milliseconds
 DEFAULT_WORKER_WAIT_S = 300.0  # an autoscaler needs minutes to add a node; a lost cluster needs an answer
+DEFAULT_RECYCLE_MB = 1024.0  # a worker holding more after its stage is replaced (ScanCode's index is ~1.5 GB)
 
 
 def worker_wait_s() -> float:
@@ -46,6 +51,15 @@ def worker_wait_s() -> float:
         return float(value) if value else DEFAULT_WORKER_WAIT_S
     except ValueError:
         raise StackcurateError(f"STACKCURATE_WORKER_WAIT_S must be a number of seconds, not '{value}'") from None
+
+
+def recycle_mb() -> float:
+    """The memory (MiB) above which a worker is replaced after a stage (STACKCURATE_WORKER_RECYCLE_MB)."""
+    value = os.environ.get("STACKCURATE_WORKER_RECYCLE_MB")
+    try:
+        return float(value) if value else DEFAULT_RECYCLE_MB
+    except ValueError:
+        raise StackcurateError(f"STACKCURATE_WORKER_RECYCLE_MB must be a number of MiB, not '{value}'") from None
 
 
 def init(address: str | None = None, num_cpus: int | None = None) -> None:
@@ -182,179 +196,184 @@ def _reraise_task_error(exc: Exception) -> NoReturn:
     raise exc
 
 
-class _ShardWorker:
-    """A Ray actor: builds the stage on its first shard, then runs one shard per call."""
+class _Worker:
+    """A Ray actor that lives for the whole run: it runs shards of one stage (or fused group) after another,
+    building the stages once per stage run (`ShardJob.key`), and the tasks of stages' phases."""
 
-    def __init__(self, factory: StageFactory, out: StageDir, run_id: str) -> None:
-        # The stage is built on the first shard, not here: `ready` then answers as soon as Ray has placed the
+    def __init__(self) -> None:
+        # The stages are built on the first shard, not here: `ready` then answers as soon as Ray has placed the
         # actor, so the driver can tell a worker waiting for a CPU from one loading a model.
-        self.factory = factory
-        self.stage: Any = None
-        self.out = out
-        self.run_id = run_id
+        self.key: str | None = None
+        self.stages: Any = None
 
     def ready(self) -> bool:
         return True
 
-    def run(self, shard: Shard) -> dict[str, Any]:
-        if self.stage is None:
-            self.stage = self.factory()
-        return run_shard(self.stage, shard, self.out, self.run_id)
+    def run(self, job: ShardJob, shard: Shard) -> dict[str, Any]:
+        if job.key != self.key:
+            self.key, self.stages = None, None  # the last stage's objects go before the next one's are built
+            gc.collect()
+            self.stages, self.key = job.build(), job.key
+        return job.run(self.stages, shard)
+
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        return fn(*args)
+
+    def rss_mb(self) -> float:
+        """This process's resident memory now (not its peak), in MiB."""
+        self.key, self.stages = None, None
+        gc.collect()
+        try:
+            pages = int(open("/proc/self/statm").read().split()[1])  # noqa: SIM115 - one read of a proc file
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def run(
-    factory: StageFactory,
-    shards: list[Shard],
-    out: StageDir,
-    run_id: str,
-    *,
-    address: str | None = None,
-    workers: int | None = None,
-    ray_cpus: int | None = None,
-    progress: bool = True,
-    resources: dict[str, float] | None = None,
-) -> list[dict[str, Any]]:
-    """Run `shards` on a set of actors, one CPU each plus `resources` (`{"num_gpus": 1}`: one GPU each).
+@dataclass
+class _Item:
+    """One call for the scheduler: a shard of a stage, or one task of a phase."""
 
-    Plain actors rather than Ray Data's `map_batches`: the same scheduling without Ray Data's executor in
-    every worker (a dedup remove worker peaked at 500-620 MiB under Ray Data, 305 MiB as a plain actor, and
-    its peak no longer moved with the number of shards it ran). The driver schedules them itself rather than
-    through `ActorPool`, which waits forever on a call whose node died. An embedded Ray gets `ray_cpus` CPUs
-    (default: the machine's), whatever `workers` is.
-    """
-    init(address, ray_cpus)
-    import ray
-
-    cluster = ray.cluster_resources()
-    available = int(cluster.get("CPU", 1))
-    num_gpus = (resources or {}).get("num_gpus", 0.0)
-    if num_gpus:
-        if cluster.get("GPU", 0) < num_gpus:
-            raise StackcurateError(
-                f"{out.stage}: asked for {num_gpus:g} GPU(s) per worker, but the Ray cluster has "
-                f"{cluster.get('GPU', 0):g}; pass --num-gpus 0 to run on CPU"
-            )
-        available = min(available, int(cluster["GPU"] // num_gpus))
-    concurrency = max(1, min(workers or available, len(shards)))
-    # No restarts by Ray: a restarted actor would hold its shard's call while it waits for a CPU that, after a
-    # node loss, a surviving idle actor holds. The driver replaces dead actors and moves their shards instead.
-    actor_cls = ray.remote(_ShardWorker).options(num_cpus=1, num_gpus=num_gpus, max_restarts=0)
-    with tqdm(
-        total=len(shards), desc=f"{out.stage} ({concurrency} workers)", unit="shard", disable=not progress
-    ) as bar:
-        scheduler = _Scheduler(ray, lambda: actor_cls.remote(factory, out, run_id), concurrency, out.stage, bar)
-        return scheduler.run(shards)
+    index: int
+    name: str  # "shard 00003" or "task 3", for messages
+    method: str  # the worker's method
+    args: tuple[Any, ...]
 
 
-class _Scheduler:
-    """Hands shards to live actors, one at a time, and survives actors and nodes that die under it."""
+class _Pool:
+    """The run's live actors, of one kind (CPU only, or with GPUs), kept from one stage and phase to the next."""
 
-    def __init__(self, ray: Any, new_actor: Callable[[], Any], concurrency: int, stage: str, bar: tqdm) -> None:
+    def __init__(self, ray: Any, num_gpus: float) -> None:
         self.ray = ray
-        self.new_actor = new_actor
-        self.concurrency = concurrency
-        self.stage = stage
-        self.bar = bar
+        self.num_gpus = num_gpus
+        # No restarts by Ray: a restarted actor would hold its call while it waits for a CPU that, after a node
+        # loss, a surviving idle actor holds. The scheduler replaces dead actors and moves their work instead.
+        self.actor_cls = ray.remote(_Worker).options(num_cpus=1, num_gpus=num_gpus, max_restarts=0)
         self.starting: dict[Any, Any] = {}  # `ready` call -> actor not placed yet
         self.idle: list[Any] = []
-        self.running: dict[Any, tuple[Any, Shard]] = {}  # `run` call -> (actor, shard)
-        self.actors: list[Any] = []  # every actor asked for, to end them all when the run ends
-        self.failed_starts = 0  # actors that died before they answered, since the last one that did
+        self.actors: list[Any] = []  # every live actor asked for, to end them all when the run ends
+
+    @property
+    def size(self) -> int:
+        return len(self.actors)
 
     def start_actor(self) -> None:
-        actor = self.new_actor()
+        actor = self.actor_cls.remote()
         self.actors.append(actor)
         self.starting[actor.ready.remote()] = actor
 
-    def run(self, shards: list[Shard]) -> list[dict[str, Any]]:
+    def kill(self, actor: Any) -> None:
+        self.ray.kill(actor, no_restart=True)
+        if actor in self.actors:
+            self.actors.remove(actor)
+        if actor in self.idle:
+            self.idle.remove(actor)
+
+    def close(self) -> None:
+        for actor in self.actors:  # the idle, the busy ones of a failed run, and those still waiting for a CPU
+            self.ray.kill(actor, no_restart=True)
+        self.starting.clear()
+        self.idle.clear()
+        self.actors.clear()
+
+
+class _Scheduler:
+    """Hands items to live actors, one at a time, and survives actors and nodes that die under it."""
+
+    def __init__(self, pool: _Pool, concurrency: int, label: str, noun: str, bar: tqdm) -> None:
+        self.ray = pool.ray
+        self.pool = pool
+        self.concurrency = concurrency
+        self.label = label
+        self.noun = noun  # "shard" or "task"
+        self.bar = bar
+        self.running: dict[Any, tuple[Any, _Item]] = {}  # call -> (actor, item)
+        self.failed_starts = 0  # actors that died before they answered, since the last one that did
+
+    def run(self, items: list[_Item]) -> list[Any]:
         from ray.exceptions import RayActorError, RayTaskError
 
-        queue = deque(shards)
-        attempts = dict.fromkeys((s.index for s in shards), 0)
-        summaries: list[dict[str, Any]] = []
-        failed: list[str] = []  # one line for each shard that lost its worker MAX_ATTEMPTS times
+        queue = deque(items)
+        attempts = dict.fromkeys((item.index for item in items), 0)
+        results: dict[int, Any] = {}
+        failed: list[str] = []  # one line for each item that lost its worker MAX_ATTEMPTS times
         wait_s = worker_wait_s()
         no_worker_since = time.monotonic()  # while no actor is placed: the clock of worker_wait_s
-        for _ in range(self.concurrency):
-            self.start_actor()
-        try:
-            while queue or self.running:
-                while queue and self.idle:
-                    actor, shard = self.idle.pop(), queue.popleft()
-                    self.running[actor.run.remote(shard)] = (actor, shard)
-                done, _ = self.ray.wait([*self.running, *self.starting], num_returns=1, timeout=POLL_S)
-                for ref in done:
-                    if ref in self.starting:
-                        self.placed(ref)
-                        continue
-                    actor, shard = self.running.pop(ref)
-                    try:
-                        summary = self.ray.get(ref)
-                    except RayTaskError as exc:
-                        _reraise_task_error(exc)
-                    except RayActorError as exc:
-                        attempts[shard.index] += 1
-                        if self.lost(actor, shard, exc, attempts[shard.index]):
-                            queue.appendleft(shard)
-                        else:  # the other shards still run: nothing they could finish is lost
-                            failed.append(
-                                f"{self.stage}: shard {shard.name} lost its worker {MAX_ATTEMPTS} times "
-                                f"({_last_line(exc)}); finished shards are kept: rerun to resume, or look for an "
-                                "input that exhausts memory"
-                            )
-                        continue
-                    summaries.append(summary)
-                    self.idle.append(actor)
-                    self.bar.update()
-                    self.bar.set_postfix(docs=sum(s["docs_in"] for s in summaries), refresh=False)
-                if self.idle or self.running:
-                    no_worker_since = time.monotonic()
-                elif queue and time.monotonic() - no_worker_since > wait_s:
-                    self.stalled(len(queue), wait_s)
-        finally:
-            for actor in self.actors:  # the idle, the busy ones of a failed run, and those still waiting for a CPU
-                self.ray.kill(actor, no_restart=True)
+        while self.pool.size < self.concurrency:
+            self.pool.start_actor()
+        while queue or self.running:
+            while queue and self.pool.idle:
+                actor, item = self.pool.idle.pop(), queue.popleft()
+                self.running[getattr(actor, item.method).remote(*item.args)] = (actor, item)
+            done, _ = self.ray.wait([*self.running, *self.pool.starting], num_returns=1, timeout=POLL_S)
+            for ref in done:
+                if ref in self.pool.starting:
+                    self.placed(ref)
+                    continue
+                actor, item = self.running.pop(ref)
+                try:
+                    results[item.index] = self.ray.get(ref)
+                except RayTaskError as exc:
+                    _reraise_task_error(exc)
+                except RayActorError as exc:
+                    attempts[item.index] += 1
+                    if self.lost(actor, item, exc, attempts[item.index]):
+                        queue.appendleft(item)
+                    else:  # the other items still run: nothing they could finish is lost
+                        failed.append(
+                            f"{self.label}: {item.name} lost its worker {MAX_ATTEMPTS} times ({_last_line(exc)}); "
+                            f"finished {self.noun}s are kept: rerun to resume, or look for an input that exhausts "
+                            "memory"
+                        )
+                    continue
+                self.pool.idle.append(actor)
+                self.bar.update()
+            if self.pool.idle or self.running:
+                no_worker_since = time.monotonic()
+            elif queue and time.monotonic() - no_worker_since > wait_s:
+                self.stalled(len(queue), wait_s)
         if failed:
             raise StackcurateError(failed[0])
-        return summaries
+        return [results[item.index] for item in items]
 
     def placed(self, ref: Any) -> None:
         """An actor answered `ready` (it has its CPU), or died before it could."""
         from ray.exceptions import RayActorError
 
-        actor = self.starting.pop(ref)
+        actor = self.pool.starting.pop(ref)
         try:
             self.ray.get(ref)
         except RayActorError as exc:
+            self.pool.kill(actor)
             if exc.actor_init_failed:  # it would fail on every node alike: e.g. stackcurate is not installed
                 raise StackcurateError(
-                    f"{self.stage}: a Ray worker could not start ({_last_line(exc)}); is stackcurate installed "
+                    f"{self.label}: a Ray worker could not start ({_last_line(exc)}); is stackcurate installed "
                     "on every node?"
                 ) from None
             self.failed_starts += 1
             if self.failed_starts >= MAX_ATTEMPTS * self.concurrency:
                 raise StackcurateError(
-                    f"{self.stage}: Ray workers keep dying as they start ({_last_line(exc)}); finished shards "
-                    "are kept: rerun to resume"
+                    f"{self.label}: Ray workers keep dying as they start ({_last_line(exc)}); finished "
+                    f"{self.noun}s are kept: rerun to resume"
                 ) from None
-            log.warning("%s: a Ray worker died as it started; asking for another", self.stage)
-            self.start_actor()
+            log.warning("%s: a Ray worker died as it started; asking for another", self.label)
+            self.pool.start_actor()
             return
         self.failed_starts = 0
-        self.idle.append(actor)
+        self.pool.idle.append(actor)
 
-    def lost(self, actor: Any, shard: Shard, exc: Exception, attempts: int) -> bool:
-        """A worker died with `shard`: ask for a replacement; whether to run the shard again (not after
-        MAX_ATTEMPTS: the run then fails once the other shards are done)."""
-        self.ray.kill(actor, no_restart=True)  # if only unreachable, it must not come back holding a CPU
+    def lost(self, actor: Any, item: _Item, exc: Exception, attempts: int) -> bool:
+        """A worker died with `item`: ask for a replacement; whether to run the item again (not after
+        MAX_ATTEMPTS: the run then fails once the other items are done)."""
+        self.pool.kill(actor)  # if only unreachable, it must not come back holding a CPU
         # The replacement runs only if Ray finds it a CPU; after a node loss the surviving actors take the queue.
-        self.start_actor()
+        self.pool.start_actor()
         if attempts >= MAX_ATTEMPTS:
             return False
         log.warning(
-            "%s: the worker running shard %s died (%s); running it again (attempt %d of %d)",
-            self.stage,
-            shard.name,
+            "%s: the worker running %s died (%s); running it again (attempt %d of %d)",
+            self.label,
+            item.name,
             _last_line(exc),
             attempts + 1,
             MAX_ATTEMPTS,
@@ -364,9 +383,103 @@ class _Scheduler:
     def stalled(self, left: int, wait_s: float) -> NoReturn:
         free = self.ray.available_resources().get("CPU", 0.0)
         raise StackcurateError(
-            f"{self.stage}: no Ray worker could run for {wait_s:.0f} s ({left} shard(s) left, {free:g} CPU(s) "
+            f"{self.label}: no Ray worker could run for {wait_s:.0f} s ({left} {self.noun}(s) left, {free:g} CPU(s) "
             "free in the cluster: were its nodes lost?); finished shards are kept: rerun to resume"
         )
+
+
+class RayExecutor:
+    """Runs shards and tasks on Ray actors that live for the whole run (see the module docstring).
+
+    Ray starts (or is joined) once, on first use. The actors are started once and reused by every stage and
+    phase, with what they imported and compiled; an actor left holding more than
+    :func:`recycle_mb` MiB after a stage (ScanCode's index, a model) is replaced, so that memory does not
+    stay taken for the rest of the run. An embedded Ray gets `ray_cpus` CPUs (default: the machine's),
+    whatever `workers` is.
+    """
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        workers: int | None = None,
+        ray_cpus: int | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.address, self.workers, self.ray_cpus, self.progress = address, workers, ray_cpus, progress
+        self._pool: _Pool | None = None
+
+    def _ray(self) -> Any:
+        init(self.address, self.ray_cpus)
+        import ray
+
+        return ray
+
+    def _pool_for(self, num_gpus: float, label: str) -> tuple[_Pool, int]:
+        """The pool of actors with `num_gpus` GPUs each (another kind's idle actors go: they hold CPUs), and
+        how many actors run at once."""
+        ray = self._ray()
+        cluster = ray.cluster_resources()
+        available = int(cluster.get("CPU", 1))
+        if num_gpus:
+            if cluster.get("GPU", 0) < num_gpus:
+                raise StackcurateError(
+                    f"{label}: asked for {num_gpus:g} GPU(s) per worker, but the Ray cluster has "
+                    f"{cluster.get('GPU', 0):g}; pass --num-gpus 0 to run on CPU"
+                )
+            available = min(available, int(cluster["GPU"] // num_gpus))
+        if self._pool is None or self._pool.num_gpus != num_gpus:
+            self.close()
+            self._pool = _Pool(ray, num_gpus)
+        return self._pool, max(1, self.workers or available)
+
+    def _schedule(self, items: list[_Item], label: str, noun: str, desc: str, num_gpus: float = 0.0) -> list[Any]:
+        pool, concurrency = self._pool_for(num_gpus, label)
+        concurrency = min(concurrency, len(items))
+        with tqdm(
+            total=len(items), desc=f"{desc} ({max(concurrency, pool.size)} workers)", unit=noun,
+            disable=not self.progress,
+        ) as bar:  # fmt: skip
+            try:
+                return _Scheduler(pool, concurrency, label, noun, bar).run(items)
+            except BaseException:
+                self.close()  # a failed run leaves no actor behind to write after it
+                raise
+
+    def run_shards(self, job: ShardJob, shards: list[Shard], *, num_gpus: float = 0.0) -> list[dict[str, Any]]:
+        """Run `shards` of a stage (or fused group); their summaries."""
+        if not shards:
+            return []
+        items = [_Item(s.index, f"shard {s.name}", "run", (job, s)) for s in shards]
+        summaries = self._schedule(items, job.name, "shard", job.name, num_gpus)
+        self._recycle()
+        return summaries
+
+    def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:
+        """`fn(*item)` for each item on the run's actors; results in item order. A task whose worker dies runs
+        again on another, at most MAX_ATTEMPTS times (tasks write their files atomically, so a retry
+        overwrites what the lost attempt left). An exception raised by `fn` stops the run with that same
+        exception."""
+        if not items:
+            return []
+        calls = [_Item(i, f"task {i}", "call", (fn, args)) for i, args in enumerate(items)]
+        return self._schedule(calls, desc, "task", desc)
+
+    def _recycle(self) -> None:
+        """Replace the idle actors that hold more than recycle_mb() MiB now (each drops its stages first)."""
+        if self._pool is None or not self._pool.idle:
+            return
+        limit = recycle_mb()
+        sizes = self._pool.ray.get([actor.rss_mb.remote() for actor in self._pool.idle])
+        for actor, size in zip(list(self._pool.idle), sizes, strict=True):
+            if size > limit:
+                log.debug("a worker holds %.0f MiB after its stage: replacing it", size)
+                self._pool.kill(actor)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
 
 def _last_line(exc: BaseException) -> str:
@@ -385,64 +498,9 @@ def map_tasks(
     ray_cpus: int | None = None,
     progress: bool = True,
 ) -> list[Any]:
-    """`fn(*item)` for each item as Ray tasks, at most `workers` at a time; results in item order.
-
-    A task whose worker or node dies is retried by Ray on another (tasks write their files atomically, so a
-    retry overwrites what the lost attempt left). An exception raised by `fn` itself stops the run with that
-    same exception; a task that lost its worker every time, or a cluster left with no CPU for
-    :func:`worker_wait_s` seconds, stops it in one line.
-    """
-    if not items:
-        return []
-    init(address, ray_cpus)
-    import ray
-    from ray.exceptions import RayError, RayTaskError
-
-    remote = ray.remote(num_cpus=1, max_retries=MAX_ATTEMPTS - 1)(fn)
-    limit = max(1, workers or int(ray.cluster_resources().get("CPU", 1)))
-    results: list[Any] = [None] * len(items)
-    pending: dict[Any, int] = {}
-    queue = iter(enumerate(items))
-    wait_s = worker_wait_s()
-    progress_at = time.monotonic()  # when a task last finished, or the cluster last had a CPU
-    finished = 0
-
-    def submit() -> None:
-        if (nxt := next(queue, None)) is not None:
-            pending[remote.remote(*nxt[1])] = nxt[0]
-
-    with tqdm(total=len(items), desc=desc, unit="task", disable=not progress) as bar:
-        for _ in range(limit):
-            submit()
-        try:
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
-                if not done:
-                    # Ray requeues the tasks of a lost node and waits for a CPU, forever if none is left.
-                    now = time.monotonic()
-                    if ray.cluster_resources().get("CPU", 0) >= 1:
-                        progress_at = now
-                    elif now - progress_at > wait_s:
-                        raise StackcurateError(
-                            f"{desc}: the Ray cluster has had no CPU for {wait_s:.0f} s ({len(items) - finished} "
-                            f"of {len(items)} tasks not done: were its nodes lost?); finished tasks are kept: rerun "
-                            "to resume"
-                        )
-                    continue
-                try:
-                    results[pending.pop(done[0])] = ray.get(done[0])
-                except RayTaskError as exc:
-                    _reraise_task_error(exc)
-                except RayError as exc:  # the worker died on every attempt (memory, lost nodes)
-                    raise StackcurateError(
-                        f"{desc}: a task lost its worker {MAX_ATTEMPTS} times ({_last_line(exc)}); finished "
-                        "tasks are kept: rerun to resume, or look for an input that exhausts memory"
-                    ) from None
-                progress_at = time.monotonic()
-                finished += 1
-                bar.update()
-                submit()
-        finally:
-            for ref in pending:  # a failed run leaves no task behind to write after it
-                ray.cancel(ref)  # an interrupt in the task: its writers abort and leave no files
-    return results
+    """`fn(*item)` for each item on a RayExecutor of its own (see :meth:`RayExecutor.map`)."""
+    executor = RayExecutor(address=address, workers=workers, ray_cpus=ray_cpus, progress=progress)
+    try:
+        return executor.map(fn, items, desc)
+    finally:
+        executor.close()

@@ -26,9 +26,10 @@ class StageSpec:
     build: Callable[[Any], Stage]
     plan: Callable[[Any, str | None], list[Shard]]
     reads_records: bool = True
-    # A stage that needs a first pass over the same input (license: scan license files, then classify)
-    # names it here; its output folder is passed to this stage's config as `detections`.
-    scan: Callable[[], "StageSpec"] | None = None
+    # Whether the stage may run fused with its neighbours, in one pass per shard (pipeline.plan_groups):
+    # `any` (a record stage whose preparation does not read its input), `head` (a record stage whose
+    # preparation reads its input, e.g. dedup's clustering: it may only start a group), `no` (never).
+    fuse: str = "no"
     # A stage with global work before its shards (dedup: signatures, buckets, clusters) does it here; it
     # returns the config the shards run with (naming what the preparation wrote).
     prepare: Callable[[Any, TaskContext], Any] | None = None
@@ -60,45 +61,47 @@ def _ingest() -> StageSpec:
 def _language() -> StageSpec:
     from stackcurate.stages import language
 
-    return StageSpec("language", language.LanguageConfig, language.LanguageStage, plan_records)
+    return StageSpec("language", language.LanguageConfig, language.LanguageStage, plan_records, fuse="any")
 
 
 def _filter() -> StageSpec:
     from stackcurate.stages import filter as filter_stage
 
-    return StageSpec("filter", filter_stage.FilterConfig, filter_stage.FilterStage, plan_records)
-
-
-def _license_scan() -> StageSpec:
-    from stackcurate.stages import license
-
-    return StageSpec("license_scan", license.LicenseConfig, license.LicenseScanStage, plan_records)
+    return StageSpec("filter", filter_stage.FilterConfig, filter_stage.FilterStage, plan_records, fuse="any")
 
 
 def _license() -> StageSpec:
     from stackcurate.stages import license
 
-    return StageSpec("license", license.LicenseConfig, license.LicenseStage, plan_records, scan=_license_scan)
+    return StageSpec(
+        "license", license.LicenseConfig, license.LicenseStage, plan_records, prepare=license.scan, fuse="head"
+    )
 
 
 def _decontaminate() -> StageSpec:
     from stackcurate.stages import decontaminate
 
     return StageSpec(
-        "decontaminate", decontaminate.DecontaminateConfig, decontaminate.DecontaminateStage, plan_records
+        "decontaminate",
+        decontaminate.DecontaminateConfig,
+        decontaminate.DecontaminateStage,
+        plan_records,
+        fuse="any",
     )
 
 
 def _dedup() -> StageSpec:
     from stackcurate.stages import dedup
 
-    return StageSpec("dedup", dedup.DedupConfig, dedup.DedupStage, plan_records, prepare=dedup.cluster)
+    return StageSpec("dedup", dedup.DedupConfig, dedup.DedupStage, plan_records, prepare=dedup.cluster, fuse="head")
 
 
 def _pii() -> StageSpec:
     from stackcurate.stages import pii
 
-    return StageSpec("pii", pii.PiiConfig, pii.PiiStage, plan_records, prepare=pii.prepare, resources=pii.resources)
+    return StageSpec(
+        "pii", pii.PiiConfig, pii.PiiStage, plan_records, prepare=pii.prepare, resources=pii.resources, fuse="any"
+    )
 
 
 def _format() -> StageSpec:

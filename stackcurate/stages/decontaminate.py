@@ -26,7 +26,8 @@ import pyarrow as pa
 
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
+from stackcurate.core.records import RecordStage
+from stackcurate.core.stage import StageOutput, split_by_reason
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,15 +108,16 @@ def jsonl_strings(spec: str) -> tuple[str, Iterator[tuple[str, str]]]:
     return path.name.split(".")[0], rows()
 
 
-class DecontaminateStage:
+class DecontaminateStage(RecordStage):
     """Drop files containing a benchmark string (see the module docstring)."""
 
     name = "decontaminate"
+    needs = ("content",)
 
     def __init__(self, cfg: DecontaminateConfig) -> None:
         import ahocorasick
 
-        self.cfg = cfg
+        super().__init__(cfg)
         self.automaton = ahocorasick.Automaton()
         self.counts: dict[str, int] = {}
         for spec in cfg.benchmarks:
@@ -128,12 +130,6 @@ class DecontaminateStage:
         if not self.counts:
             raise StackcurateError(f"no benchmark string of at least {cfg.min_chars} characters was loaded")
         self.automaton.make_automaton()
-
-    def read(self, shard: Shard) -> Iterator[pa.Table]:
-        return read_records(shard, self.cfg.batch_rows)
-
-    def output_schema(self, shard: Shard) -> pa.Schema:
-        return records_schema(shard)
 
     def first_match(self, text: str) -> tuple[str, str] | None:
         for _, found in self.automaton.iter(normalize(text)):

@@ -13,7 +13,7 @@ Example:
     stackcurate language --out work/run --languages filters/languages/starcoder2_smol_v1.txt
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,8 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stackcurate.core.config import option
+from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import put_column
-from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
+from stackcurate.core.stage import StageOutput, split_by_reason
 from stackcurate.core.tables import read_name_list
 
 
@@ -74,24 +75,26 @@ def _not_in(values: pa.ChunkedArray, keep: pa.Array) -> pa.ChunkedArray:
     return pc.invert(pc.is_in(values, keep))  # pyright: ignore[reportAttributeAccessIssue]
 
 
-class LanguageStage:
+class LanguageStage(RecordStage):
     """Detect languages with go-enry, then keep the configured ones (see the module docstring)."""
 
     name = "language"
+    needs = ("path", "content")
 
     def __init__(self, cfg: LanguageConfig) -> None:
-        self.cfg = cfg
+        super().__init__(cfg)
         self.keep = (
             pa.array(read_name_list(cfg.languages, is_valid=is_enry_language, what="enry language"))
             if cfg.languages
             else None
         )
 
-    def read(self, shard: Shard) -> Iterator[pa.Table]:
-        return read_records(shard, self.cfg.batch_rows)
-
-    def output_schema(self, shard: Shard) -> pa.Schema:
-        return records_schema(shard)
+    def adds(self) -> list[pa.Field]:
+        return [
+            pa.field("language", pa.string()),
+            pa.field("is_vendor", pa.bool_()),
+            pa.field("is_generated", pa.bool_()),
+        ]
 
     def __call__(self, table: pa.Table) -> StageOutput:
         table = detect(table)

@@ -22,11 +22,11 @@ Example:
     stackcurate license --out work/run --opt-out optout.txt --keep permissive no_license
 """
 
+import dataclasses
 import functools
 import json
 import re
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -34,9 +34,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from stackcurate.core import io
-from stackcurate.core.config import option
+from stackcurate.core.config import option, output_settings
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
+from stackcurate.core.records import RecordStage
+from stackcurate.core.schema import put_column
+from stackcurate.core.stage import StageOutput, TaskContext, split_by_reason
 from stackcurate.core.tables import read_name_list
 from stackcurate.stages import license_detect
 
@@ -86,19 +88,17 @@ def _read_pattern(path: str) -> re.Pattern[str]:
     return re.compile(lines[0], re.IGNORECASE)
 
 
-class LicenseScanStage:
+class LicenseScanStage(RecordStage):
     """Pass 1: detected licenses of the license-like files (see the module docstring)."""
 
     name = "license_scan"
+    needs = ("repo_name", "path", "content")
 
     def __init__(self, cfg: LicenseConfig) -> None:
-        self.cfg = cfg
+        super().__init__(cfg)
         self.pattern = _read_pattern(cfg.file_pattern)
 
-    def read(self, shard: Shard) -> Iterator[pa.Table]:
-        return read_records(shard, self.cfg.batch_rows)
-
-    def output_schema(self, shard: Shard) -> pa.Schema:
+    def schema_after(self, schema: pa.Schema) -> pa.Schema:
         return SCAN_SCHEMA
 
     def __call__(self, table: pa.Table) -> StageOutput:
@@ -126,6 +126,14 @@ class LicenseScanStage:
         return StageOutput(kept=pa.Table.from_pylist(rows, schema=SCAN_SCHEMA))
 
 
+def scan(cfg: LicenseConfig, ctx: TaskContext) -> LicenseConfig:
+    """Pass 1 into `<out>/license_scan` (resumable; reused when done), unless `detections` names one."""
+    if cfg.detections is not None:
+        return cfg
+    uri = ctx.run_pass("license_scan", functools.partial(LicenseScanStage, cfg), output_settings(cfg))
+    return dataclasses.replace(cfg, detections=uri)
+
+
 def read_opt_out(sources: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
     """(repositories, owners) to remove, lower-cased: `owner/name` lines are repositories, `owner` lines owners."""
     repos, owners = set(), set()
@@ -149,15 +157,14 @@ def read_opt_out(sources: tuple[str, ...]) -> tuple[frozenset[str], frozenset[st
     return frozenset(repos), frozenset(owners)
 
 
-class LicenseStage:
+class LicenseStage(RecordStage):
     """Pass 2: license type of every file, opt-out, and the keep decision (see the module docstring)."""
 
     name = "license"
+    needs = ("repo_name", "path", "content")
 
     def __init__(self, cfg: LicenseConfig) -> None:
-        if cfg.detections is None:
-            raise StackcurateError("license needs the license_scan output (run through `stackcurate license`)")
-        self.cfg = cfg
+        super().__init__(cfg)
         self.permissive = frozenset(i.lower() for i in read_name_list(cfg.permissive, what="license id"))
         self.amendments = frozenset(i.lower() for i in read_name_list(cfg.amendments, what="license id"))
         self.ignore_if_permissive = frozenset(
@@ -169,7 +176,8 @@ class LicenseStage:
     def found(self) -> dict[str | None, list[tuple[str, list[str]]]]:
         """repo -> [(folder, ids)] from pass 1; loaded by the workers on first use, not when the driver
         builds the stage to check its settings."""
-        assert self.cfg.detections is not None
+        if self.cfg.detections is None:
+            raise StackcurateError("license needs the license_scan output (run through `stackcurate license`)")
         found: dict[str | None, list[tuple[str, list[str]]]] = {}
         fs, root = io.filesystem(self.cfg.detections)
         for path in io.expand(fs, io.join(root, "*.parquet")):
@@ -177,11 +185,8 @@ class LicenseStage:
                 found.setdefault(row["repo_name"], []).append((row["folder"], row["licenses"] or []))
         return found
 
-    def read(self, shard: Shard) -> Iterator[pa.Table]:
-        return read_records(shard, self.cfg.batch_rows)
-
-    def output_schema(self, shard: Shard) -> pa.Schema:
-        return records_schema(shard)
+    def adds(self) -> list[pa.Field]:
+        return [pa.field("license_type", pa.string()), pa.field("detected_licenses", pa.list_(pa.string()))]
 
     def classify(self, ids: list[str]) -> str:
         """The Stack v2's rule for the ids detected for one file."""
@@ -226,7 +231,6 @@ class LicenseStage:
             keep = kinds[i] in self.cfg.keep
             reasons.append(None if keep else f"license_{kinds[i]}")
             details.append(None if keep else json.dumps(detected[i]))
-        for name, values in (("license_type", kinds), ("detected_licenses", detected)):
-            field = table.schema.field(name)
-            table = table.set_column(table.schema.get_field_index(name), field, pa.array(values, field.type))
+        for field, values in zip(self.adds(), (kinds, detected), strict=True):
+            table = put_column(table, field.name, pa.array(values, field.type))
         return split_by_reason(table, reasons, details)

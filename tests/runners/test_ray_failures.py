@@ -216,7 +216,6 @@ def test_a_shard_that_kills_every_worker_stops_the_run_after_four_attempts(tmp_p
 
 def test_workers_do_not_size_the_embedded_ray(monkeypatch, tmp_path):
     """`--workers` is how many run at once; the embedded Ray's size is `--ray-cpus` (issue 16)."""
-    from stackcurate.pipeline import _map_tasks
     from stackcurate.runners import ray as runner
 
     sizes = []
@@ -228,7 +227,7 @@ def test_workers_do_not_size_the_embedded_ray(monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "init", fake_init)
     for opts in (RunOptions(workers=1), RunOptions(workers=1, ray_cpus=2)):
         with pytest.raises(StackcurateError, match="stop here"):
-            _map_tasks(opts, print, [("x",)], "test")
+            opts.executor().map(print, [("x",)], "test")
     assert sizes == [None, 2]
     with pytest.raises(StackcurateError, match="--ray-cpus must be at least 1"):
         RunOptions(ray_cpus=0)

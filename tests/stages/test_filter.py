@@ -672,7 +672,7 @@ def test_bytes_removed_per_rule_and_language_in_stats(tmp_path):
     common = ["--out", out, "--runner", "local", "--no-progress"]
     store = ["--metadata", str(tmp_path / "store/metadata/*.parquet"), "--content", str(tmp_path / "store")]
     assert main(["ingest", *common, *store]) == 0
-    assert main(["language", *common]) == 0
+    assert main(["language", *common, "--input", f"{out}/ingest"]) == 0
     assert main(["filter", *common, "--rules", SC2]) == 0
 
     got = run_query(

@@ -400,7 +400,8 @@ def test_record_stages_read_around_a_corrupt_row_group_too(tmp_path):
     _corrupt_row_group(records, 1, "content")
     spec = get_stage("language")
     cfg = build_config(spec.config_cls, {})
-    result = run_stage(spec, cfg, str(tmp_path / "out"), RunOptions(runner="local", progress=False))
+    opts = RunOptions(runner="local", progress=False)
+    result = run_stage(spec, cfg, str(tmp_path / "out"), opts, input_uri=str(tmp_path / "out/ingest"))
     kept = read_all(tmp_path / "out/language")
     assert kept["doc_id"].to_pylist() == [0, 1, 4, 5]
     errors = read_all(tmp_path / "out/language/errors", ERROR_SCHEMA).to_pylist()

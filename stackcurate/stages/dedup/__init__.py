@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 from stackcurate.core import io, shuffle
 from stackcurate.core.config import dump_yaml, option, to_dict
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import STATS_SCHEMA, with_reason
 from stackcurate.core.stage import (
     Counters,
@@ -52,7 +53,6 @@ from stackcurate.core.stage import (
     TaskContext,
     plan_fingerprint,
     read_records,
-    records_schema,
     run_phase,
     split_by_reason,
 )
@@ -582,13 +582,11 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
 # ---- 4. remove -------------------------------------------------------------------------------------------
 
 
-class DedupStage:
+class DedupStage(RecordStage):
     """Move the rows of duplicates to `removed/`, with the doc_id kept in their place."""
 
     name = "dedup"
-
-    def __init__(self, cfg: DedupConfig) -> None:
-        self.cfg = cfg
+    needs = ("doc_id", "blob_id", "content")
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         if self.cfg.clusters is None:
@@ -613,9 +611,6 @@ class DedupStage:
                 reason = pc.if_else(pa.array(rows >= 0), found.column("reason"), None)  # pyright: ignore[reportAttributeAccessIssue]
                 keeper = found.column("kept_doc_id")
             yield table.append_column("_reason", reason).append_column("_duplicate_of", keeper)
-
-    def output_schema(self, shard: Shard) -> pa.Schema:
-        return records_schema(shard)
 
     def removed_schema(self, output_schema: pa.Schema) -> pa.Schema:
         return with_reason(output_schema).append(pa.field("duplicate_of", pa.int64()))

@@ -20,7 +20,6 @@ Example:
     stackcurate filter --out work/run --rules filters/starcoder2_v1.yaml --overrides max_line_length=2000
 """
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,8 +28,9 @@ import pyarrow.compute as pc
 
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import NOTEBOOK_CELLS, NOTEBOOK_SCRIPT, put_column
-from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema, split_by_reason
+from stackcurate.core.stage import StageOutput, split_by_reason
 from stackcurate.core.text import as_texts
 from stackcurate.stages.filter import notebooks, scores
 from stackcurate.stages.filter.rules import RuleSet, applies, decide, load_rule_set, table_score
@@ -75,31 +75,27 @@ def parse_overrides(pairs: tuple[str, ...]) -> dict[str, float | None]:
     return out
 
 
-class FilterStage:
+class FilterStage(RecordStage):
     """Score, then decide (see the module docstring)."""
 
     name = "filter"
+    needs = ("path", "content", "language", "extension")
 
     def __init__(self, cfg: FilterConfig) -> None:
         if not cfg.rules:
             raise StackcurateError(
                 "filter needs a rule set: --rules filters/starcoder2_v1.yaml (or starcoder_v1.yaml)"
             )
-        self.cfg = cfg
+        super().__init__(cfg)
         self.rules: RuleSet = load_rule_set(cfg.rules, parse_overrides(cfg.overrides))
         self.score_names = self.rules.score_names
         if set(self.score_names) & set(_GROUPS["html"]):
             scores.score_html_visible(pa.array(["<p>&amp;&#65;</p>"]))  # html.parser and bs4's tables, once
 
-    def read(self, shard: Shard) -> Iterator[pa.Table]:
-        return read_records(shard, self.cfg.batch_rows)
-
-    def output_schema(self, shard: Shard) -> pa.Schema:
-        schema = records_schema(shard)
-        extra = [pa.field(name, pa.float64()) for name in self.score_names]
-        if self.cfg.notebooks:
-            extra += NOTEBOOK_FIELDS
-        return pa.schema([*schema, *(f for f in extra if f.name not in schema.names)])
+    def adds(self) -> list[pa.Field]:
+        return [pa.field(name, pa.float64()) for name in self.score_names] + (
+            NOTEBOOK_FIELDS if self.cfg.notebooks else []
+        )
 
     def __call__(self, table: pa.Table) -> StageOutput:
         unreadable: list[tuple[int, str]] = []

@@ -224,6 +224,7 @@ class FormatStage:
     """Turns file rows into documents; reads whole repositories in starcoder2 mode."""
 
     name = "format"
+    needs = ("doc_id", "content")
 
     def __init__(self, cfg: FormatConfig) -> None:
         self.cfg = cfg
@@ -251,6 +252,9 @@ class FormatStage:
             start = stop
 
     def output_schema(self, shard: Shard) -> pa.Schema:
+        return FORMAT_SCHEMA
+
+    def schema_after(self, schema: pa.Schema) -> pa.Schema:
         return FORMAT_SCHEMA
 
     def __call__(self, table: pa.Table) -> StageOutput:

@@ -169,6 +169,9 @@ class IngestStage:
     def output_schema(self, shard: Shard) -> pa.Schema:
         return FILE_SCHEMA
 
+    def schema_after(self, schema: pa.Schema | None) -> pa.Schema:
+        return FILE_SCHEMA
+
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         cfg = self.cfg
         if shard.kind == "stack_v2":

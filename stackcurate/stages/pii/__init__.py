@@ -49,8 +49,9 @@ import pyarrow as pa
 
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import TEXT_COLUMNS, extension_of, put_column
-from stackcurate.core.stage import Shard, StageOutput, TaskContext, read_records, records_schema
+from stackcurate.core.stage import StageOutput, TaskContext
 from stackcurate.stages.pii import escapes, redact, rules
 from stackcurate.stages.pii.entities import DETECTOR, EMAIL, ENTITIES, IP_ADDRESS, KEY, NAME, PASSWORD
 from stackcurate.stages.pii.model import MODEL_ENTITIES, EncoderModel, cache_dir
@@ -292,23 +293,19 @@ def _texts(holder: Any, key: int | str, where: str) -> Iterator[Place]:
             yield from _texts(value, name, f"{where}.{name}")
 
 
-class PiiStage:
+class PiiStage(RecordStage):
     """Redact PII in every text column and record the spans (see the module docstring)."""
 
     name = "pii"
+    needs = ("content",)
 
     def __init__(self, cfg: PiiConfig) -> None:
-        self.cfg = cfg
+        super().__init__(cfg)
         self.detector = Detector(cfg)
         self.redacted = cfg.redacted
 
-    def read(self, shard: Shard) -> Iterator[pa.Table]:
-        return read_records(shard, self.cfg.batch_rows)
-
-    def output_schema(self, shard: Shard) -> pa.Schema:
-        schema = records_schema(shard)
-        index = schema.get_field_index(SPANS_FIELD.name)
-        return schema.set(index, SPANS_FIELD) if index >= 0 else schema.append(SPANS_FIELD)
+    def adds(self) -> list[pa.Field]:
+        return [SPANS_FIELD]
 
     def __call__(self, table: pa.Table) -> StageOutput:
         paths, extensions, languages = (

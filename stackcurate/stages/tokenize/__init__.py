@@ -144,6 +144,8 @@ class TokenizeStage:
     """Encodes documents in batches; the end-of-document token closes each one."""
 
     name = "tokenize"
+    needs = ("doc_id",)
+    needs_one_of = ("text", "content")
 
     def __init__(self, cfg: TokenizeConfig) -> None:
         self.cfg = cfg
