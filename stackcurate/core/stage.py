@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +32,9 @@ import pyarrow.parquet as pq
 from stackcurate.core import io
 from stackcurate.core.errors import StackcurateError, is_disk_full
 from stackcurate.core.schema import ERROR_SCHEMA, STATS_SCHEMA, conform, with_reason
+
+if TYPE_CHECKING:
+    from stackcurate.core.phases import Phases
 
 SHARD_DIGITS = 5
 PURGED = "_PURGED"  # in a stage folder whose text `stackcurate purge` deleted (stages/pii/purge.py)
@@ -124,27 +127,11 @@ class TaskContext:
     map: Callable[[Callable[..., Any], list[tuple[Any, ...]], str], list[Any]]
     run_pass: Callable[[str, "StageFactory", dict[str, Any]], str]
 
+    def phases(self, name: str, settings: dict[str, Any], **kwargs: Any) -> "Phases":
+        """The folder of the stage's declared phases (core/phases.py)."""
+        from stackcurate.core.phases import Phases
 
-def _marked(fs: pafs.FileSystem, marker: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """Run one task and commit its result as a marker, so a rerun skips it."""
-    result = fn(*args)
-    io.write_bytes_atomic(fs, marker, json.dumps(result).encode())
-    pa.default_memory_pool().release_unused()  # Ray reuses the worker process for the next task
-    return result
-
-
-def run_phase(
-    ctx: TaskContext, fs: pafs.FileSystem, marker_dir: str, desc: str, fn: Callable[..., Any], items: list[tuple]
-) -> list[Any]:
-    """`fn(*item)` for the items without a marker in `marker_dir` yet (a rerun resumes); every item's result,
-    in order. A preparation step (dedup's clustering, format's grouping) is a sequence of such phases."""
-    fs.create_dir(marker_dir, recursive=True)
-    markers = [io.join(marker_dir, f"{i:05d}.json") for i in range(len(items))]
-    done = set(io.expand(fs, marker_dir, suffix=".json"))  # finished by an interrupted run
-    todo = [i for i, m in enumerate(markers) if m not in done]
-    ran = ctx.map(_marked, [(fs, markers[i], fn, *items[i]) for i in todo], desc)
-    results = dict(zip(todo, ran, strict=True))
-    return [results[i] if i in results else json.loads(io.read_text(fs, m)) for i, m in enumerate(markers)]
+        return Phases(self, name, settings, **kwargs)
 
 
 def split_by_reason(

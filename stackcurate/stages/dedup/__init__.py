@@ -41,8 +41,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from stackcurate.core import io, shuffle
-from stackcurate.core.config import dump_yaml, option, to_dict
+from stackcurate.core.config import option, to_dict
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.phases import WORK
 from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import STATS_SCHEMA, with_reason
 from stackcurate.core.stage import (
@@ -51,9 +52,7 @@ from stackcurate.core.stage import (
     StageDir,
     StageOutput,
     TaskContext,
-    plan_fingerprint,
     read_records,
-    run_phase,
     split_by_reason,
 )
 from stackcurate.stages.dedup import graph, minhash
@@ -173,7 +172,7 @@ class _Plan:
         return self.out.fs
 
     def work(self, *parts: str) -> str:
-        return io.join(self.out.root, "_work", *parts)
+        return io.join(self.out.root, WORK, *parts)
 
 
 # ---- 1. signature ---------------------------------------------------------------------------------------
@@ -522,16 +521,6 @@ def _cluster_stats(clusters: pa.Table, run_id: str, part: int) -> pa.Table:
 # ---- orchestration ---------------------------------------------------------------------------------------
 
 
-def _phase(ctx: TaskContext, plan: _Plan, name: str, fn: Any, items: list[tuple[Any, ...]]) -> list[Any]:
-    """Run the items of one phase that have no marker yet; return every item's result, in order."""
-    return run_phase(ctx, plan.fs, plan.work("_done", name), f"dedup {name}", fn, [(plan, *i) for i in items])
-
-
-def _remove_dir(plan: _Plan, path: str) -> None:
-    if io.exists(plan.fs, path):
-        plan.fs.delete_dir(path)
-
-
 def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
     """Run signature, bucket and cluster into `<out>/dedup_clusters` (or reuse a finished one)."""
     if cfg.clusters is not None:
@@ -542,27 +531,29 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
         raise StackcurateError(f"dedup cannot read {bad.path}: {bad.detail}")
     rows = sum(s.stop - s.start for s in shards)
     partitions = max(1, math.ceil(rows / cfg.rows_per_partition))
-    out = StageDir(ctx.out, CLUSTERS_STAGE)
-    plan = _Plan(cfg, shards, out, partitions)
     settings = {k: v for k, v in to_dict(cfg).items() if k not in ("batch_rows", "clusters")}
-    fingerprint = plan_fingerprint(CLUSTERS_STAGE, settings, list(shards), out=ctx.out)
-    result = replace(cfg, clusters=out.uri)
-    if not ctx.overwrite and out.is_complete() and out.fingerprint() == fingerprint:
+    phases = ctx.phases(CLUSTERS_STAGE, settings)
+    result = replace(cfg, clusters=phases.uri)
+    if phases.done:
         return result
-    out.prepare(fingerprint, overwrite=ctx.overwrite)
-    _phase(ctx, plan, "signature", signature_task, [(i,) for i in range(len(shards))])
-    _phase(ctx, plan, "bucket", bucket_task, [(p,) for p in range(partitions)])
-    _remove_dir(plan, plan.work("keys"))
+    plan = _Plan(cfg, shards, phases.dir, partitions)
+
+    def run(name: str, fn: Any, items: list[tuple[Any, ...]]) -> list[Any]:
+        return phases.run(name, fn, [(plan, *item) for item in items], f"dedup {name}")
+
+    run("signature", signature_task, [(i,) for i in range(len(shards))])
+    run("bucket", bucket_task, [(p,) for p in range(partitions)])
+    phases.drop("keys")
     if cfg.verify:
-        _phase(ctx, plan, "attach", attach_task, [(p,) for p in range(partitions)])
-        _phase(ctx, plan, "verify", verify_task, [(p,) for p in range(partitions)])
+        run("attach", attach_task, [(p,) for p in range(partitions)])
+        run("verify", verify_task, [(p,) for p in range(partitions)])
         for name in ("pairs", "pairs2", "shipped", "shingles"):
-            _remove_dir(plan, plan.work(name))
+            phases.drop(name)
     step, previous = 0, None
     while True:
-        sums = _phase(ctx, plan, f"cc{step:03d}", star_task, [(step, p) for p in range(partitions)])
+        sums = run(f"cc{step:03d}", star_task, [(step, p) for p in range(partitions)])
         if step >= 2:
-            _remove_dir(plan, plan.work("cc", f"{step - 1:03d}"))
+            phases.drop("cc", f"{step - 1:03d}")
         total = (sum(c for c, _ in sums), sum(s for _, s in sums) % 2**64)
         if step % 2 == 0:
             if total == previous:  # a large-star + small-star round changed nothing: one star per component
@@ -571,11 +562,9 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
         step += 1
         if step > 200:
             raise StackcurateError("connected components did not converge in 100 rounds; please report this")
-    _phase(ctx, plan, "member", member_task, [(step, p) for p in range(partitions)])
-    run_id = ctx.run_id
-    _phase(ctx, plan, "cluster", cluster_task, [(p, run_id) for p in range(partitions)])
-    out.finish(dump_yaml({"stage": CLUSTERS_STAGE, "input": ctx.input_uri, "config": settings}))
-    _remove_dir(plan, plan.work())
+    run("member", member_task, [(step, p) for p in range(partitions)])
+    run("cluster", cluster_task, [(p, ctx.run_id) for p in range(partitions)])
+    phases.finish()
     return result
 
 

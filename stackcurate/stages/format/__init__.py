@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from stackcurate.core import io, shuffle
 from stackcurate.core.config import option, to_dict
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext, plan_fingerprint, run_phase
+from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext, plan_fingerprint
 from stackcurate.stages.format import templates
 
 GROUPS_STAGE = "format_groups"
@@ -136,30 +136,27 @@ def group(cfg: FormatConfig, ctx: TaskContext) -> FormatConfig:
     shards = tuple(ctx.shards)
     if bad := next((s for s in shards if s.kind == "unreadable"), None):
         raise StackcurateError(f"format cannot read {bad.path}: {bad.detail}")
-    out = StageDir(ctx.out, GROUPS_STAGE)
-    fingerprint = plan_fingerprint(GROUPS_STAGE, {"batch_rows": cfg.batch_rows}, list(shards), out=ctx.out)
-    result = replace(cfg, groups=out.uri)
-    if not ctx.overwrite:
-        formatted = StageDir(ctx.out, "format")  # a finished format of this input needs no groups any more
-        if formatted.is_complete() and formatted.fingerprint() == plan_fingerprint(
-            "format", to_dict(result), list(shards), out=ctx.out
-        ):
-            return result
-        if out.is_complete() and out.fingerprint() == fingerprint:
-            return result
-    out.prepare(fingerprint, overwrite=ctx.overwrite)
-    items = [(shards, io.join(out.uri, "data"), i, cfg.batch_rows) for i in range(len(shards))]
-    run_phase(ctx, out.fs, io.join(out.root, "_done"), "format group", group_task, items)
-    out.finish("stage: format_groups\n")
+    result = replace(cfg, groups=StageDir(ctx.out, GROUPS_STAGE).uri)
+    formatted = StageDir(ctx.out, "format")  # a finished format of this input needs no groups any more
+    if (
+        not ctx.overwrite
+        and formatted.is_complete()
+        and formatted.fingerprint() == plan_fingerprint("format", to_dict(result), list(shards), out=ctx.out)
+    ):
+        return result
+    phases = ctx.phases(GROUPS_STAGE, {"batch_rows": cfg.batch_rows})
+    if not phases.done:
+        items = [(shards, io.join(phases.uri, "data"), i, cfg.batch_rows) for i in range(len(shards))]
+        phases.run("group", group_task, items, "format group")
+        phases.finish()
     return result
 
 
 def drop_groups(cfg: FormatConfig, ctx: TaskContext) -> None:
     """Once every shard is formatted, the grouped copy of the input goes (it is as large as the input)."""
-    if cfg.groups is not None and cfg.groups == StageDir(ctx.out, GROUPS_STAGE).uri:
-        out = StageDir(ctx.out, GROUPS_STAGE)
-        if io.exists(out.fs, out.root):
-            out.fs.delete_dir(out.root)
+    out = StageDir(ctx.out, GROUPS_STAGE)
+    if cfg.groups is not None and cfg.groups == out.uri and io.exists(out.fs, out.root):
+        out.fs.delete_dir(out.root)
 
 
 # ---- formatting ------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from stackcurate.core import io, megatron, shuffle
 from stackcurate.core import tokens as tk
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext, run_phase
+from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext
 from stackcurate.stages.tokenize import tokenizer as bpe
 
 log = logging.getLogger("stackcurate.tokenize")
@@ -271,14 +271,14 @@ def write_shards(cfg: TokenizeConfig, ctx: TaskContext) -> None:
         fs, file = io.filesystem(path)
         tokens += int(pq.read_table(file, filesystem=fs, columns=["n_tokens"]).column("n_tokens").to_numpy().sum())
     shards = max(1, math.ceil(tokens * dtype.itemsize / (cfg.shard_mb * 1e6)))
-    work = io.join(stage.uri, "_work")
+    phases = ctx.phases("tokenize", {"shards": shards}, own=True)
+    routed = phases.work_uri(f"routed-{shards}")
     megatron_root = io.join(stage.uri, MEGATRON_DIR)
     stage.fs.create_dir(io.join(stage.root, MEGATRON_DIR), recursive=True)
-    run_phase(ctx, stage.fs, io.join(stage.root, "_work", "_done", f"route-{shards}"), "tokenize route", route_task,
-              [(path, i, io.join(work, f"routed-{shards}"), shards) for i, path in enumerate(files)])  # fmt: skip
-    written = run_phase(ctx, stage.fs, io.join(stage.root, "_work", "_done", f"shards-{shards}"), "tokenize shards",
-                        shard_task, [(io.join(work, f"routed-{shards}"), megatron_root, p, dtype.name)
-                                     for p in range(shards)])  # fmt: skip
+    route = [(path, i, routed, shards) for i, path in enumerate(files)]
+    phases.run(f"route-{shards}", route_task, route, "tokenize route")
+    parts = [(routed, megatron_root, p, dtype.name) for p in range(shards)]
+    written = phases.run(f"shards-{shards}", shard_task, parts, "tokenize shards")
     manifest = {
         "format": "megatron-indexed-dataset",
         "version": megatron.VERSION,
@@ -296,4 +296,4 @@ def write_shards(cfg: TokenizeConfig, ctx: TaskContext) -> None:
     }
     io.write_bytes_atomic(stage.fs, io.join(stage.root, MEGATRON_DIR, "manifest.json"),
                           (json.dumps(manifest, indent=1) + "\n").encode())  # fmt: skip
-    stage.fs.delete_dir(io.join(stage.root, "_work"))
+    phases.finish()
