@@ -95,13 +95,12 @@ def predecessor(out: str, stage: str) -> str | None:
     """The stage whose output `stage` reads when run alone: the one before it in the run's pipeline (the last
     `stackcurate run` into `out`), else in STAGE_ORDER."""
     fs, root = io.filesystem(out)
-    order = list(STAGE_ORDER)
     if io.exists(fs, io.join(root, PIPELINE_FILE)):
         listed = json.loads(io.read_text(fs, io.join(root, PIPELINE_FILE)))["stages"]
-        if stage in listed:
-            order = listed
-    index = order.index(stage)
-    return order[index - 1] if index else None
+        if stage in listed[1:]:
+            return listed[listed.index(stage) - 1]
+    index = STAGE_ORDER.index(stage) if stage in STAGE_ORDER else 0
+    return STAGE_ORDER[index - 1] if index else None
 
 
 def default_input(out: str, stage: str) -> str:

@@ -54,7 +54,10 @@ def test_missing_glob_is_one_line(tmp_path, capsys):
 def test_a_stage_run_alone_without_its_predecessor_says_what_to_run(tmp_path, capsys):
     out = tmp_path / "o"
     line = _one_line_error(capsys, ["license", "--out", str(out)])
-    assert line.endswith(f"license reads the output of ingest, which is not in {out}: run `stackcurate ingest --out {out}` first, or pass --input")
+    assert line.endswith(
+        f"license reads the output of ingest, which is not in {out}: run `stackcurate ingest --out {out}` first, "
+        "or pass --input"
+    )
     (out / "ingest").mkdir(parents=True)  # ingest ran, license did not: language does not skip it
     line = _one_line_error(capsys, ["language", "--out", str(out)])
     assert "language reads the output of license" in line and "stackcurate license" in line

@@ -203,3 +203,81 @@ def test_a_run_killed_inside_the_fused_group_resumes_to_the_same_files(tmp_path,
         assert f"{shards} shards ({shards - 2} run now)" in results[stage], (stage, results[stage])
     assert data_files(out) == clean
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
+
+
+@pytest.mark.timeout(600)
+def test_the_demo_fused_and_with_every_stage_s_rows_gives_the_same_shards_and_removed_rows(tmp_path):
+    """pipelines/demo.yaml, every stage, on a small embedded sample: the fused run writes the same Megatron shards,
+    removed rows and errors as the run that also writes each stage's kept rows (`--keep-intermediate`)."""
+    import json
+
+    from stackcurate.sample import build_sample
+
+    build_sample(tmp_path / "sample", max_bytes=1_500_000, max_files=300)
+    text = (ROOT / "pipelines" / "demo.yaml").read_text().replace("../work/sample", str(tmp_path / "sample"))
+    text = text.replace("../filters/", f"{ROOT}/filters/")
+    outputs = {}
+    for name, extra in (("fused", []), ("kept", ["--keep-intermediate"])):
+        pipeline = tmp_path / f"{name}.yaml"
+        pipeline.write_text(text.replace("out: ../work/demo", f"out: {tmp_path / name}"))
+        assert main(["run", str(pipeline), "--runner", "local", "--no-progress", *extra]) == 0
+        outputs[name] = tmp_path / name
+    fused, kept = (data_files(outputs[n]) for n in ("fused", "kept"))
+    assert set(fused) < set(kept)  # the intermediate stages' kept rows are the difference
+    assert {k for k in set(kept) - set(fused) if "/" in k and k.split("/")[1] in ("removed", "errors")} == set()
+    assert {k: v for k, v in kept.items() if k in fused} == fused
+    assert any(k.startswith("filter/removed/") and pq.read_metadata(outputs["fused"] / k).num_rows for k in fused)
+    megatron = {
+        name: {
+            p.name: p.read_bytes() for p in (out / "tokenize" / "megatron").glob("*.*") if p.suffix in (".bin", ".idx")
+        }
+        for name, out in outputs.items()
+    }
+    assert megatron["fused"] == megatron["kept"] and megatron["fused"]
+    manifests = [json.loads((out / "tokenize/megatron/manifest.json").read_text()) for out in outputs.values()]
+    assert [{k: v for k, v in m.items() if k != "tokenizer"} for m in manifests][0] == {
+        k: v for k, v in manifests[1].items() if k != "tokenizer"
+    }
+
+
+def test_the_readme_s_record_stage_runs_fused_and_checks_its_columns(tmp_path):
+    """The two-file record stage of the README's "Adding a stage" runs as written, fused after language."""
+    import types
+
+    import pyarrow as pa
+    from helpers import make_table, read_all
+
+    from stackcurate.core.config import build_config
+    from stackcurate.core.errors import StackcurateError
+    from stackcurate.core.records import check_columns
+    from stackcurate.pipeline import Pipeline, RunOptions, plan_groups, run_pipeline
+    from stackcurate.stages import StageSpec, get_stage, plan_records
+
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("# stackcurate/stages/repetition.py\n", 1)[1].split("```", 1)[0]
+    module = types.ModuleType("repetition")
+    exec(compile(code, "README.md", "exec"), module.__dict__)  # noqa: S102 - the README's own example
+    spec = StageSpec("repetition", module.RepetitionConfig, module.RepetitionStage, plan_records, fuse="any")
+    files = [
+        ("/a.py", "x = 1\n" * 9 + "y = 2\n"),
+        ("/b.py", "import os\nprint(os.sep)\n"),
+        ("/c.py", "def f():\n    pass\n"),
+    ]
+    records = tmp_path / "in"
+    records.mkdir()
+    import pyarrow.parquet as pq
+
+    pq.write_table(make_table(files), records / "00000.parquet")
+    language = get_stage("language")
+    stages = [(language, build_config(language.config_cls, {})), (spec, build_config(spec.config_cls, {}))]
+    assert [[s.name for s, _ in group] for group in plan_groups(stages)] == [["language", "repetition"]]
+    out = tmp_path / "out"
+    (out / "license").mkdir(parents=True)  # a run that starts at language reads license's rows
+    (out / "license" / "00000.parquet").write_bytes((records / "00000.parquet").read_bytes())
+    results = run_pipeline(Pipeline(out=str(out), stages=stages, run={}), RunOptions(runner="local", progress=False))
+    assert [(r.stage, r.docs_in, r.docs_out) for r in results] == [("language", 3, 3), ("repetition", 3, 2)]
+    removed = read_all(out / "repetition" / "removed").to_pylist()
+    assert [(r["path"], r["reason"]) for r in removed] == [("/a.py", "repeated_line")]
+    assert (out / "language" / "_FUSED").exists() and not list((out / "language").glob("*.parquet"))
+    with pytest.raises(StackcurateError, match="repetition needs the column content, which format does not write"):
+        check_columns(module.RepetitionStage(module.RepetitionConfig()), pa.schema([("text", pa.string())]), "format")
