@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import yaml
 
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.paths import shipped_table
 
 C = TypeVar("C")
 
@@ -29,9 +30,11 @@ def option(
     keywords: tuple[str, ...] = (),
     output: bool = True,
 ) -> Any:
-    """Declare a config field with its help text; `path=True` resolves it against the YAML's folder, except
-    the values in `keywords` (`auto`, `none`: choices, not files). `output=False` marks a setting of how to
-    run (threads, retries, a scratch folder) that never changes the output: a rerun may change it and resume."""
+    """Declare a config field with its help text; `path=True` resolves it against the YAML's folder (the working
+    directory for a flag), except the values in `keywords` (`auto`, `none`: choices, not files); a relative
+    `filters/<name>` that does not exist there is the table shipped with stackcurate. `output=False` marks a
+    setting of how to run (threads, retries, a scratch folder) that never changes the output: a rerun may change
+    it and resume."""
     return dataclasses.field(
         default=default, metadata={"help": help, "path": path, "keywords": keywords, "output": output}
     )
@@ -57,9 +60,13 @@ def _is_uri(value: str) -> bool:
 
 
 def _resolve_path(value: str, base_dir: Path | None) -> str:
-    if base_dir is None or _is_uri(value) or Path(value).is_absolute():
+    if _is_uri(value) or Path(value).is_absolute():
         return value
-    return str((base_dir / value).resolve())
+    resolved = value if base_dir is None else str((base_dir / value).resolve())
+    # `filters/<name>` that is not there names the table shipped with stackcurate: an installed package's YAML
+    # has no filters/ folder beside it.
+    shipped = None if Path(resolved).exists() else shipped_table(value)
+    return str(shipped) if shipped else resolved
 
 
 def _coerce(name: str, tp: Any, value: Any) -> Any:

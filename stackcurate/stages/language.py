@@ -33,7 +33,8 @@ class LanguageConfig:
 
     languages: str | None = option(
         None,
-        "file listing the languages to keep, one enry name a line (under filters/languages/); null keeps every file",
+        "file listing the languages to keep, one enry name a line (under filters/languages/: the shipped list when"
+        " no such file is beside the YAML); null keeps every file",
         path=True,
     )
     drop_vendor: bool = option(False, "drop files enry calls vendored (The Stack v2 keeps them, flagged)")

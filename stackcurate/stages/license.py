@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from stackcurate.core import io
 from stackcurate.core.config import option, output_settings
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.paths import filters_dir
 from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import put_column
 from stackcurate.core.stage import StageOutput, TaskContext, split_by_reason
@@ -51,7 +52,7 @@ SCAN_SCHEMA = pa.schema(
         pa.field("licenses", pa.list_(pa.string())),
     ]
 )
-_FILTERS = Path(__file__).resolve().parents[2] / "filters" / "licenses"
+_FILTERS = filters_dir() / "licenses"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -55,7 +55,10 @@ class FilterConfig:
     """Which rule set, which thresholds to change, and whether to convert notebooks."""
 
     rules: str | None = option(
-        None, "rule set YAML: filters/starcoder2_v1.yaml or filters/starcoder_v1.yaml", path=True
+        None,
+        "rule set YAML: filters/starcoder2_v1.yaml or filters/starcoder_v1.yaml (the shipped one when no such file"
+        " is beside the YAML)",
+        path=True,
     )
     overrides: tuple[str, ...] = option((), "RULE=VALUE pairs replacing a rule's threshold; RULE=null turns it off")
     notebooks: bool = option(True, "convert Jupyter notebooks to script + cells and filter the script")

@@ -34,10 +34,10 @@ import ipaddress
 import re
 import string
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+from stackcurate.core.paths import filters_dir
 from stackcurate.core.tables import read_name_list
 from stackcurate.stages.pii.entities import EMAIL, IP_ADDRESS, KEY, NAME, PASSWORD, USERNAME
 
@@ -310,7 +310,7 @@ def _username_rule(text: str, start: int, end: int) -> str | None:
     return None
 
 
-_FILTERS = Path(__file__).resolve().parents[3] / "filters" / "pii"
+_FILTERS = filters_dir() / "pii"
 _NOT_WORD = re.compile(r"[.,;:()\[\]\"'`]")
 
 
