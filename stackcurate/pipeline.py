@@ -81,14 +81,19 @@ class StageResult:
     docs_removed: int = 0
     errors: int = 0
     bytes_out: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall time of the stage, or of its fused group
     plan: list[str] = field(default_factory=list)
+    fused_after: str | None = None  # the stage it ran fused after, in one pass per shard
+    own_seconds: float = 0.0  # a fused stage's own time, summed over its shards
 
     def line(self) -> str:
-        return (
+        counts = (
             f"{self.stage}: {self.docs_in:,} in, {self.docs_out:,} kept, {self.docs_removed:,} removed, "
-            f"{self.errors:,} errors; {self.shards} shards ({self.shards_run} run now) in {self.seconds:.1f} s"
+            f"{self.errors:,} errors; {self.shards} shards ({self.shards_run} run now)"
         )
+        if self.fused_after:
+            return f"{counts}, fused after {self.fused_after} ({self.own_seconds:.1f} s of its own)"
+        return f"{counts} in {self.seconds:.1f} s"
 
 
 def predecessor(out: str, stage: str) -> str | None:
@@ -223,10 +228,12 @@ def _run_group(
             io.write_bytes_atomic(stage_dir.fs, fused, members[i + 1][0].name.encode())
         stage_dir.finish(dump_yaml({"stage": spec.name, "input": source, "config": to_dict(cfg)}))
         result = StageResult(spec.name, len(shards), len(pending), seconds=time.perf_counter() - started)
+        result.fused_after = members[i - 1][0].name if i else None
         for marker in io.expand(stage_dir.fs, io.join(stage_dir.root, "_shards"), suffix=".json"):
             summary = json.loads(io.read_text(stage_dir.fs, marker))
             for key in ("docs_in", "docs_out", "docs_removed", "errors", "bytes_out"):
                 setattr(result, key, getattr(result, key) + summary[key])
+            result.own_seconds += summary.get("seconds", 0.0)
         results.append(result)
     return results
 

@@ -450,7 +450,9 @@ class RayExecutor:
         """Run `shards` of a stage (or fused group); their summaries."""
         if not shards:
             return []
-        items = [_Item(s.index, f"shard {s.name}", "run", (job, s)) for s in shards]
+        # The largest first (by rows, where the plan knows them): the last shard to finish is then a small one.
+        ordered = sorted(shards, key=lambda s: s.start - s.stop)
+        items = [_Item(s.index, f"shard {s.name}", "run", (job, s)) for s in ordered]
         summaries = self._schedule(items, job.name, "shard", job.name, num_gpus)
         self._recycle()
         return summaries
