@@ -53,11 +53,10 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
         help="stages that run fused also write their kept rows (for debugging; the final output is the same)",
     )
     group.add_argument(
-        "--no-removed-content",
-        dest="removed_content",
-        action="store_false",
+        "--removed-content",
+        action="store_true",
         default=None,
-        help="write removed rows without their content (doc_id, blob_id and path still trace them)",
+        help="removed rows keep their text (default: content is null; doc_id, blob_id and path trace each row)",
     )
 
 

@@ -54,7 +54,9 @@ class RunOptions:
     progress: bool = True
     dry_run: bool = False
     keep_intermediate: bool = False  # fused stages also write their kept rows (for debugging)
-    removed_content: bool = True  # removed rows keep their `content` (false: null; doc_id, blob_id, path stay)
+    # Removed rows keep their `content` (default: null, the row kept: doc_id, blob_id and path trace the text to
+    # the content store; measured: half the bytes a run writes, and no unredacted copy of what pii never sees).
+    removed_content: bool = False
 
     def __post_init__(self) -> None:
         if self.runner not in ("ray", "local"):
@@ -160,7 +162,12 @@ def run_stage(
 
 
 def _run_group(
-    members: list[tuple[StageSpec, Any]], out: str, opts: RunOptions, input_uri: str | None, executor: Executor
+    members: list[tuple[StageSpec, Any]],
+    out: str,
+    opts: RunOptions,
+    input_uri: str | None,
+    executor: Executor,
+    keep_stages: frozenset[str] = frozenset(),
 ) -> list[StageResult]:
     """Run consecutive stages as one pass per shard (one stage alone is a group of one): plan the first stage's
     shards, prepare every stage (its global work, e.g. dedup's clustering), run the shards no stage has
@@ -178,13 +185,16 @@ def _run_group(
         plan = [f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {d.uri}" for d in dirs]
         return [StageResult(spec.name, len(shards), 0, plan=plan) for spec, _ in members]
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    source = None if first.reads_records else members[0]  # a pass of a fused stage reads through ingest
     ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, executor.map,
-                      partial(_run_pass, out, input_uri, shards, opts, executor, run_id))  # fmt: skip
+                      partial(_run_pass, out, input_uri, shards, opts, executor, run_id, source))  # fmt: skip
     cfgs = []
     for spec, cfg in members:
         cfgs.append(spec.prepare(cfg, ctx) if spec.prepare is not None else cfg)
     last = len(members) - 1
-    keep = tuple(opts.keep_intermediate or i == last for i in range(len(members)))
+    keep = tuple(
+        opts.keep_intermediate or i == last or spec.name in keep_stages for i, (spec, _) in enumerate(members)
+    )
     done: set[int] | None = None
     for i, ((spec, _), cfg, stage_dir) in enumerate(zip(members, cfgs, dirs, strict=True)):
         settings: dict[str, Any] = output_settings(cfg)
@@ -245,12 +255,20 @@ def _run_pass(
     opts: RunOptions,
     executor: Executor,
     run_id: str,
+    source: tuple[StageSpec, Any] | None,
     name: str,
     factory: Any,
     settings: dict[str, Any],
+    names: str | None = None,
 ) -> str:
-    """A record pass over a stage's input into `<out>/<name>` (see TaskContext.run_pass); its folder."""
+    """A record pass over a stage's input into `<out>/<name>` (see TaskContext.run_pass); its folder. Fused after
+    a source stage (ingest), the pass reads the source's kept rows of the files named `names`."""
     stage_dir = StageDir(out, name)
+    if source is not None:
+        spec, cfg = source
+        cfg = dataclasses.replace(cfg, only_names=names) if names is not None else cfg
+        settings = {**settings, "source": [spec.name, output_settings(cfg)]}
+        factory = _Through(_Factory(spec.build, cfg), factory)
     done = stage_dir.prepare(plan_fingerprint(name, settings, shards, out=out), overwrite=opts.overwrite)
     pending = [s for s in shards if s.index not in done]
     job = ShardJob(key=f"{run_id}-{name}", factories=(factory,), dirs=(stage_dir,), run_id=run_id, keep=(True,))
@@ -260,6 +278,35 @@ def _run_pass(
         raise StackcurateError(_unfinished_line(name, shards, unfinished, summaries))
     stage_dir.finish(dump_yaml({"stage": name, "input": input_uri, "config": settings}))
     return stage_dir.uri
+
+
+@dataclass(frozen=True)
+class _Through:
+    """Builds a record stage fed by a source stage's kept rows (license's scan read through ingest)."""
+
+    source: Any
+    stage: Any
+
+    def __call__(self) -> "_SourcePass":
+        return _SourcePass(self.source(), self.stage())
+
+
+class _SourcePass:
+    """A record stage reading its shards through a source stage: the source's kept rows only (what the source
+    removed, and its errors, are recorded by the source itself when it runs)."""
+
+    def __init__(self, source: Any, stage: Any) -> None:
+        self.source, self.stage, self.name = source, stage, stage.name
+
+    def read(self, shard: Shard) -> Any:
+        for table in self.source.read(shard):
+            yield self.source(table).kept
+
+    def output_schema(self, shard: Shard) -> pa.Schema:
+        return self.stage.schema_after(self.source.output_schema(shard))
+
+    def __call__(self, table: pa.Table) -> Any:
+        return self.stage(table)
 
 
 @dataclass(frozen=True)
@@ -292,6 +339,7 @@ class Pipeline:
     out: str
     stages: list[tuple[StageSpec, Any]]
     run: dict[str, Any]
+    keep: frozenset[str] = frozenset()  # stages whose kept rows are written even when they run fused (`keep: true`)
 
 
 def load_pipeline(path: str | Path) -> Pipeline:
@@ -309,13 +357,17 @@ def load_pipeline(path: str | Path) -> Pipeline:
     base = path.parent.resolve()
     out = data["out"] if "://" in str(data["out"]) else str((base / data["out"]).resolve())
     stages = []
+    keep = set()
     for name, block in data["stages"].items():
         spec = get_stage(name)
-        stages.append((spec, build_config(spec.config_cls, block or {}, base_dir=base)))
+        block = dict(block or {})
+        if block.pop("keep", False):
+            keep.add(name)
+        stages.append((spec, build_config(spec.config_cls, block, base_dir=base)))
     order = [STAGE_ORDER.index(spec.name) for spec, _ in stages]
     if order != sorted(order):
         raise StackcurateError(f"{path}: stages must appear in pipeline order: {', '.join(STAGE_ORDER)}")
-    return Pipeline(out=out, stages=stages, run=data.get("run") or {})
+    return Pipeline(out=out, stages=stages, run=data.get("run") or {}, keep=frozenset(keep))
 
 
 def plan_groups(stages: list[tuple[StageSpec, Any]]) -> list[list[tuple[StageSpec, Any]]]:
@@ -362,7 +414,7 @@ def run_pipeline(
         for group in plan_groups(pipeline.stages):
             first = group[0][0]
             input_uri = (previous or default_input(pipeline.out, first.name)) if first.reads_records else None
-            for result in _run_group(group, pipeline.out, opts, input_uri, executor):
+            for result in _run_group(group, pipeline.out, opts, input_uri, executor, pipeline.keep):
                 results.append(result)
                 if report is not None:
                     report(result)

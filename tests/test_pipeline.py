@@ -69,10 +69,21 @@ def test_a_run_folder_moved_with_its_inputs_resumes(tmp_path, capsys):
     argv = ["run", str(tmp_path / "b" / "mini" / "pipeline.yaml"), "--runner", "local", "--no-progress"]
     assert main(argv) == 0
     results = _results(capsys.readouterr().out)
-    for stage in ("license", "language", "filter", "decontaminate"):  # the shard of the group, once more
+    for stage in ("ingest", "license", "language", "filter", "decontaminate"):  # the group's shard, once more
         assert "(1 run now)" in results[stage], stage
-    assert "(0 run now)" in results["ingest"]
-    assert data_files(tmp_path / "b" / "out") == first
+    # The redone shard is a vault bundle: its rows name the bundle where it now is, the rest is the same.
+    assert _without_origin(data_files(tmp_path / "b" / "out")) == _without_origin(first)
+
+
+def _without_origin(files: dict[str, bytes]) -> dict[str, str]:
+    """Each Parquet file's rows, less the `origin` column (the absolute path of an input), as comparable text."""
+    import io
+
+    tables = {name: pq.read_table(io.BytesIO(data)) for name, data in files.items()}
+    return {
+        n: t.drop_columns([c for c in t.column_names if c == "origin"]).to_pandas().to_json()
+        for n, t in tables.items()
+    }
 
 
 def test_a_run_folder_copied_without_its_inputs_resumes(tmp_path, capsys):
@@ -165,7 +176,7 @@ class _DiesOnShard:
 
 
 def test_a_run_killed_inside_the_fused_group_resumes_to_the_same_files(tmp_path, capsys):
-    """Killed in the middle of license-to-decontaminate, with some shards committed, one half-committed (its last
+    """Killed in the middle of ingest-to-decontaminate, with some shards committed, one half-committed (its last
     stage's marker missing) and a temporary file left: the rerun redoes just the unfinished shards, and every
     committed file equals an uninterrupted run's."""
     import dataclasses
@@ -199,7 +210,7 @@ def test_a_run_killed_inside_the_fused_group_resumes_to_the_same_files(tmp_path,
     capsys.readouterr()
     assert main(argv) == 0
     results = _results(capsys.readouterr().out)
-    for stage in ("license", "language", "filter", "decontaminate"):
+    for stage in ("ingest", "license", "language", "filter", "decontaminate"):
         assert f"{shards} shards ({shards - 2} run now)" in results[stage], (stage, results[stage])
     assert data_files(out) == clean
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name]

@@ -179,7 +179,7 @@ def _run(repo: Path, out: Path) -> None:
     pipeline.write_text(
         f"out: {out}\n"
         "stages:\n"
-        f"  ingest: {{repos: ['{repo}']}}\n"
+        f"  ingest: {{repos: ['{repo}'], keep: true}}\n"  # its rows are written though it runs fused
         f"  language: {{languages: '{languages}'}}\n"
         f"  filter: {{rules: '{ROOT / 'filters/starcoder2_v1.yaml'}'}}\n"
         "  dedup: {}\n"
@@ -333,7 +333,7 @@ def test_purge_drops_the_unredacted_text_and_keeps_the_rest(run: Path, tmp_path:
     assert main(["run", str(pipeline), "--out", str(out), "--runner", "local", "--no-progress"]) == 2
     error = capsys.readouterr().err.splitlines()[-1]
     assert error == (
-        f"stackcurate: error: {out}/ingest was purged (`stackcurate purge` dropped its text); "
+        f"stackcurate: error: {out}/filter was purged (`stackcurate purge` dropped its text); "
         "rerun the pipeline with --overwrite"
     )
 

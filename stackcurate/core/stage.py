@@ -115,8 +115,9 @@ class TaskContext:
         map: Runs `fn(*item)` for every item on the run's executor and returns the results in order;
             `map(fn, items, description)`.
         run_pass: Runs a record pass over the stage's input into `<out>/<name>` (license's scan), resumable
-            like a stage, and returns that folder; `run_pass(name, factory, settings)`, where `settings` are
-            what the pass's output depends on.
+            like a stage, and returns that folder; `run_pass(name, factory, settings, names)`, where `settings`
+            are what the pass's output depends on and `names` (a regex) the file names it needs: when the stage
+            runs fused after a source (ingest), the pass reads those files through it.
     """
 
     out: str
@@ -125,7 +126,7 @@ class TaskContext:
     overwrite: bool
     run_id: str
     map: Callable[[Callable[..., Any], list[tuple[Any, ...]], str], list[Any]]
-    run_pass: Callable[[str, "StageFactory", dict[str, Any]], str]
+    run_pass: Callable[[str, "StageFactory", dict[str, Any], str | None], str]
 
     def phases(self, name: str, settings: dict[str, Any], **kwargs: Any) -> "Phases":
         """The folder of the stage's declared phases (core/phases.py)."""

@@ -41,7 +41,9 @@ MAX_ATTEMPTS = 4  # per shard: a shard that kills its worker every time (an inpu
 POLL_S = 1.0  # how long the driver waits on its workers before it looks at the clock again
 CONNECT_TIMEOUT_S = 5.0  # for the TCP probe of --ray-address: a live cluster answers in milliseconds
 DEFAULT_WORKER_WAIT_S = 300.0  # an autoscaler needs minutes to add a node; a lost cluster needs an answer
-DEFAULT_RECYCLE_MB = 1024.0  # a worker holding more after its stage is replaced (ScanCode's index is ~1.5 GB)
+# A worker holding more after its stage is replaced: ScanCode's index (~1.5 GB) or the PII model's torch (~600
+# MB) would otherwise stay in memory through the stages after theirs. A fresh worker holds ~200 MB.
+DEFAULT_RECYCLE_MB = 512.0
 
 
 def worker_wait_s() -> float:
@@ -393,7 +395,7 @@ class RayExecutor:
 
     Ray starts (or is joined) once, on first use. The actors are started once and reused by every stage and
     phase, with what they imported and compiled; an actor left holding more than
-    :func:`recycle_mb` MiB after a stage (ScanCode's index, a model) is replaced, so that memory does not
+    :func:`recycle_mb` MiB after a stage (ScanCode's index, torch and a model) is replaced, so that memory does not
     stay taken for the rest of the run. An embedded Ray gets `ray_cpus` CPUs (default: the machine's),
     whatever `workers` is.
     """

@@ -27,8 +27,9 @@ class StageSpec:
     plan: Callable[[Any, str | None], list[Shard]]
     reads_records: bool = True
     # Whether the stage may run fused with its neighbours, in one pass per shard (pipeline.plan_groups):
-    # `any` (a record stage whose preparation does not read its input), `head` (a record stage whose
-    # preparation reads its input, e.g. dedup's clustering: it may only start a group), `no` (never).
+    # `any` (a record stage whose preparation reads nothing, or the group's input through the group's head:
+    # license's scan), `head` (it may only start a group: ingest, a source; dedup, whose clustering reads
+    # its input's rows), `no` (never).
     fuse: str = "no"
     # A stage with global work before its shards (dedup: signatures, buckets, clusters) does it here; it
     # returns the config the shards run with (naming what the preparation wrote).
@@ -54,7 +55,12 @@ def _ingest() -> StageSpec:
     from stackcurate.stages import ingest
 
     return StageSpec(
-        "ingest", ingest.IngestConfig, ingest.IngestStage, lambda cfg, _: ingest.plan(cfg), reads_records=False
+        "ingest",
+        ingest.IngestConfig,
+        ingest.IngestStage,
+        lambda cfg, _: ingest.plan(cfg),
+        reads_records=False,
+        fuse="head",
     )
 
 
@@ -74,7 +80,7 @@ def _license() -> StageSpec:
     from stackcurate.stages import license
 
     return StageSpec(
-        "license", license.LicenseConfig, license.LicenseStage, plan_records, prepare=license.scan, fuse="head"
+        "license", license.LicenseConfig, license.LicenseStage, plan_records, prepare=license.scan, fuse="any"
     )
 
 

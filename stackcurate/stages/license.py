@@ -131,7 +131,9 @@ def scan(cfg: LicenseConfig, ctx: TaskContext) -> LicenseConfig:
     """Pass 1 into `<out>/license_scan` (resumable; reused when done), unless `detections` names one."""
     if cfg.detections is not None:
         return cfg
-    uri = ctx.run_pass("license_scan", functools.partial(LicenseScanStage, cfg), output_settings(cfg))
+    # The scan reads only license-like files: straight from the content store when ingest runs fused before.
+    names = _read_pattern(cfg.file_pattern).pattern
+    uri = ctx.run_pass("license_scan", functools.partial(LicenseScanStage, cfg), output_settings(cfg), names)
     return dataclasses.replace(cfg, detections=uri)
 
 

@@ -36,12 +36,13 @@ def test_ray_workers_serve_every_stage_and_phase_of_a_run(tmp_path, ray_local, m
         assert 1 <= len(first) <= 2 and os.getpid() not in first
         result = _language(tmp_path, "out", RunOptions(progress=False), executor)
         assert result.shards_run == 3
-        assert set(executor.map(_pid, [(i,) for i in range(8)], "phase two")) == first  # the same processes
+        second = set(executor.map(_pid, [(i,) for i in range(8)], "phase two"))
+        assert first <= second and len(second) <= 2  # the same processes (the second may have joined since)
 
         monkeypatch.setenv("STACKCURATE_WORKER_RECYCLE_MB", "1")  # every worker now holds "too much" after a stage
         _language(tmp_path, "again", RunOptions(progress=False), executor)
         replaced = set(executor.map(_pid, [(i,) for i in range(8)], "phase three"))
-        assert replaced and not replaced & first
+        assert replaced and not replaced & second
     finally:
         executor.close()
     assert data_files(tmp_path / "out/language") == data_files(tmp_path / "again/language")

@@ -185,6 +185,25 @@ def test_stack_v2_local_store(tmp_path):
     assert (got.result.docs_in, got.result.docs_out) == (3, 3)
 
 
+def test_only_names_reads_just_those_files_and_keeps_their_doc_ids(tmp_path):
+    """What license's scan reads through a fused ingest: only the named files are fetched from the store (the
+    others' objects are gone here, yet no error), with the doc_ids of a full ingest."""
+    files = [*GOOD, ("/LICENSE", b"MIT License\n"), ("/docs/COPYING.txt", b"GPL\n")]
+    root = stack_v2_layout(tmp_path / "sv2", files)
+    full = ingest(tmp_path / "full", metadata=[root / "metadata/*.parquet"], content=root)
+    for _, data in GOOD:
+        (root / "content" / sha1_hex(data)).unlink()
+    got = ingest(
+        tmp_path / "out", metadata=[root / "metadata/*.parquet"], content=root, only_names="(license|copying)"
+    )
+    assert sorted(got.kept_by_path()) == ["/LICENSE", "/docs/COPYING.txt"]
+    assert got.removed.num_rows == 0 and got.errors.num_rows == 0
+    ids = {row["path"]: row["doc_id"] for row in full.kept.to_pylist()}
+    assert {p: r["doc_id"] for p, r in got.kept_by_path().items()} == {
+        p: ids[p] for p in ("/LICENSE", "/docs/COPYING.txt")
+    }
+
+
 def _upload_store(s3_endpoint: str, root: Path, bucket_acl: str | None) -> str:
     import boto3
 

@@ -29,9 +29,10 @@ Example:
     stackcurate ingest --bundles 'vault/*.tar*' --repos ~/src/myproject --out work/run
 """
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 
@@ -93,6 +94,9 @@ class IngestConfig:
     )
     tmp_dir: str | None = option(
         None, "scratch folder for unpacking git-bare bundles (default: system temp)", path=True, output=False
+    )
+    only_names: str | None = option(
+        None, "regex: read only files whose name (the last part of the path) matches (e.g. license files)"
     )
 
     @property
@@ -158,6 +162,18 @@ def plan(cfg: IngestConfig) -> list[Shard]:
     return shards
 
 
+def _name_matcher(pattern: str | None) -> Callable[[str | None], bool] | None:
+    if pattern is None:
+        return None
+    regex = re.compile(pattern, re.IGNORECASE)
+    return lambda path: bool(regex.match(PurePosixPath(path or "/").name))
+
+
+def _only(tables: Iterator[pa.Table], wanted: Callable[[str | None], bool]) -> Iterator[pa.Table]:
+    for table in tables:
+        yield table.filter(pa.array([wanted(p) for p in table.column("path").to_pylist()], pa.bool_()))
+
+
 class IngestStage:
     """Reads each source into raw rows, then decodes and checks them (see the module docstring)."""
 
@@ -174,16 +190,20 @@ class IngestStage:
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         cfg = self.cfg
+        wanted = _name_matcher(cfg.only_names)
         if shard.kind == "stack_v2":
             assert cfg.content is not None
-            return sources.read_stack_v2(shard, cfg.content, cfg.s3, cfg.limits, cfg.batch_rows, cfg.fetch)
+            # Filtered before the fetch: a scan of license files reads a few objects of the store, not all.
+            return sources.read_stack_v2(shard, cfg.content, cfg.s3, cfg.limits, cfg.batch_rows, cfg.fetch, wanted)
         if shard.kind == "flat":
-            return sources.read_flat_bundle(shard, cfg.limits, cfg.batch_rows, cfg.s3)
-        if shard.kind == "git_bare":
-            return sources.read_git_bare_bundle(shard, cfg.limits, cfg.batch_rows, cfg.s3, cfg.tmp_dir)
-        if shard.kind == "repo":
-            return sources.read_repo(shard, cfg.limits, cfg.batch_rows)
-        raise ValueError(f"unknown shard kind {shard.kind!r}")
+            tables = sources.read_flat_bundle(shard, cfg.limits, cfg.batch_rows, cfg.s3)
+        elif shard.kind == "git_bare":
+            tables = sources.read_git_bare_bundle(shard, cfg.limits, cfg.batch_rows, cfg.s3, cfg.tmp_dir)
+        elif shard.kind == "repo":
+            tables = sources.read_repo(shard, cfg.limits, cfg.batch_rows)
+        else:
+            raise ValueError(f"unknown shard kind {shard.kind!r}")
+        return tables if wanted is None else _only(tables, wanted)
 
     def __call__(self, table: pa.Table) -> StageOutput:
         kept, removed, errors = [], [], []

@@ -18,7 +18,7 @@ import subprocess
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -286,9 +286,16 @@ def _fetch(
 
 
 def read_stack_v2(
-    shard: Shard, content: str, s3: io.S3Options, limits: Limits, batch_rows: int, fetch: FetchOptions
+    shard: Shard,
+    content: str,
+    s3: io.S3Options,
+    limits: Limits,
+    batch_rows: int,
+    fetch: FetchOptions,
+    wanted: Callable[[str | None], bool] | None = None,
 ) -> Iterator[pa.Table]:
-    """Metadata rows `[start, stop)` of one Parquet file, each with its bytes fetched from the content store.
+    """Metadata rows `[start, stop)` of one Parquet file, each with its bytes fetched from the content store
+    (only the rows whose path is `wanted`, when given).
 
     Raises:
         io.StoreUnavailable: The content store stayed unavailable through the retries; the shard must not be
@@ -301,13 +308,18 @@ def read_stack_v2(
         for first, meta in io.scan_parquet_rows(meta_fs, meta_path, shard.start, shard.stop, batch_rows=batch_rows):
             meta, problems = _conform_metadata(meta)
             rows = meta.to_pylist()
+            numbers = list(range(first, first + len(rows)))
+            if wanted is not None:
+                picked = [i for i, row in enumerate(rows) if wanted(row.get("path"))]
+                rows, problems = [rows[i] for i in picked], [problems[i] for i in picked]
+                numbers = [numbers[i] for i in picked]
             fetched = list(pool.map(lambda rp: _fetch(store, rp[0], rp[1], limits), zip(rows, problems, strict=True)))
             if store.failure is not None:
                 raise io.StoreUnavailable(store.failure)
-            for i, (row, (data, reason, detail)) in enumerate(zip(rows, fetched, strict=True)):
+            for number, row, (data, reason, detail) in zip(numbers, rows, fetched, strict=True):
                 # doc_id is the row's number in the file, so it holds when a row group before it is unreadable.
                 row.update(
-                    doc_id=doc_id(shard.source_index, first + i),
+                    doc_id=doc_id(shard.source_index, number),
                     source="stack_v2",
                     origin=shard.path,
                     data=data,

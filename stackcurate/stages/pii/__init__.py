@@ -38,7 +38,9 @@ Example:
 """
 
 import dataclasses
+import functools
 import logging
+import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -168,6 +170,9 @@ def resources(cfg: PiiConfig) -> dict[str, float]:
 
 def analyzer() -> "AnalyzerEngine":
     """A presidio AnalyzerEngine with the code recognizers and no NLP model (works offline)."""
+    # Presidio picks a device for NLP engines we do not use, by importing torch (~450 MB in every process):
+    # naming one spares that; the encoder model has its own `device`.
+    os.environ.setdefault("PRESIDIO_DEVICE", "cpu")
     from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
     from presidio_analyzer.nlp_engine import NoOpNlpEngine
 
@@ -197,13 +202,24 @@ class Detector:
 
     def __init__(self, cfg: PiiConfig) -> None:
         self.cfg = cfg
-        self.engine = analyzer()
+        self._model: EncoderModel | None = None
+
+    # Presidio loads on first use (it imports spaCy, and with it torch: ~450 MB), so the driver, which builds
+    # the stage only to check its settings, never holds it.
+    @functools.cached_property
+    def engine(self) -> "AnalyzerEngine":
+        return analyzer()
+
+    @functools.cached_property
+    def config_recognizers(self) -> list[Any]:
         from stackcurate.stages.pii import recognizers
 
-        self.config_recognizers = recognizers.config_recognizers()
+        return recognizers.config_recognizers()
+
+    @functools.cached_property
+    def entities(self) -> list[str]:
         supported = set(self.engine.get_supported_entities("en"))
-        self.entities = [e for e in cfg.entities if e in supported]
-        self._model: EncoderModel | None = None
+        return [e for e in self.cfg.entities if e in supported]
 
     @property
     def model(self) -> EncoderModel | None:
