@@ -225,11 +225,19 @@ def route_task(path: str, index: int, root: str, shards: int) -> dict[str, Any]:
     return {"rows": table.num_rows}
 
 
-def shard_task(root: str, megatron_root: str, part: int, dtype_name: str) -> dict[str, Any]:
-    """Write Megatron shard `part`: its documents in `order` order."""
-    fs, work = io.filesystem(root)
+def shard_task(root: str | list[str], megatron_root: str, part: int, dtype_name: str) -> dict[str, Any]:
+    """Write Megatron shard `part`: its documents in `order` order. `root` holds the routed rows, or is the list
+    of tokenized files themselves when there is a single shard (nothing to route)."""
     out_fs, out = io.filesystem(megatron_root)
-    table = shuffle.read_partition(fs, work, part)
+    if isinstance(root, list):
+        tables = []
+        for path in root:
+            fs, file = io.filesystem(path)
+            tables.append(pq.read_table(file, filesystem=fs, columns=["doc_id", "order", "n_tokens", "tokens"]))
+        table = pa.concat_tables(tables) if tables else None
+    else:
+        fs, work = io.filesystem(root)
+        table = shuffle.read_partition(fs, work, part)
     schema_dtype = np.dtype(dtype_name)
     if table is None:
         tokens, lengths = np.zeros(0, dtype=schema_dtype), np.zeros(0, dtype=np.int64)
@@ -275,9 +283,12 @@ def write_shards(cfg: TokenizeConfig, ctx: TaskContext) -> None:
     routed = phases.work_uri(f"routed-{shards}")
     megatron_root = io.join(stage.uri, MEGATRON_DIR)
     stage.fs.create_dir(io.join(stage.root, MEGATRON_DIR), recursive=True)
-    route = [(path, i, routed, shards) for i, path in enumerate(files)]
-    phases.run(f"route-{shards}", route_task, route, "tokenize route")
-    parts = [(routed, megatron_root, p, dtype.name) for p in range(shards)]
+    if shards == 1:  # every document goes to the one shard: read the tokenized rows, no routed copy
+        parts: list[tuple[Any, ...]] = [(files, megatron_root, 0, dtype.name)]
+    else:
+        route = [(path, i, routed, shards) for i, path in enumerate(files)]
+        phases.run(f"route-{shards}", route_task, route, "tokenize route")
+        parts = [(routed, megatron_root, p, dtype.name) for p in range(shards)]
     written = phases.run(f"shards-{shards}", shard_task, parts, "tokenize shards")
     manifest = {
         "format": "megatron-indexed-dataset",
