@@ -4,7 +4,7 @@
     stackcurate run pipelines/demo.yaml                 # every stage of a pipeline
     stackcurate ingest --repos ~/src/proj --out work/x  # one stage; --config takes that stage's YAML block
     stackcurate language --out work/x --languages filters/languages/starcoder2_smol_v1.txt
-    stackcurate query work/x "select language, count(*) from language group by 1"
+    stackcurate query work/x "select language, count(*) from pii group by 1"
     stackcurate stats work/x
     stackcurate purge work/x                            # drop the unredacted text once pii has finished
 
@@ -14,6 +14,7 @@ traceback.
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -202,20 +203,22 @@ def _cmd_stage(args: argparse.Namespace) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> None:
-    from stackcurate.pipeline import Pipeline, load_pipeline, run_pipeline
+    from stackcurate.pipeline import check_pipeline, load_pipeline, plan_groups, run_pipeline
 
     pipeline = load_pipeline(args.pipeline)
     if args.out:
-        pipeline = Pipeline(out=args.out, stages=pipeline.stages, run=pipeline.run)
+        pipeline = dataclasses.replace(pipeline, out=args.out)  # its stages, run options and `keep` stay
     opts = _run_options(args, pipeline.run)
     print(
         dump_yaml({"out": pipeline.out, "stages": {s.name: to_dict(c) for s, c in pipeline.stages}}),
         end="",
         file=sys.stderr,
     )
-    if opts.dry_run:
-        for spec, _ in pipeline.stages:
-            print(f"{spec.name}: would run" + ("" if spec.reads_records else " (plans at run time)"))
+    if opts.dry_run:  # the settings and columns of every stage are checked; each group runs as one pass
+        check_pipeline(pipeline)
+        for group in plan_groups(pipeline.stages):
+            names = [spec.name for spec, _ in group]
+            print(" + ".join(names) + (": one pass per shard" if len(names) > 1 else ""))
         return
     run_pipeline(pipeline, opts, report=lambda result: print(result.line(), flush=True))
     print(f"outputs in {pipeline.out}; try: stackcurate stats {pipeline.out}")

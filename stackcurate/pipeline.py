@@ -10,10 +10,11 @@ config dataclass; relative paths resolve against the YAML's folder:
       language: {languages: ../filters/languages/starcoder2_smol_v1.txt}
 
 Each stage reads the kept rows of the stage before it. A run is planned before any work: every stage is built
-(its config and files checked) and fed the columns it needs. It then runs in *groups*: consecutive record
-stages (license's classification, language, filter, decontaminate; dedup's removal and pii) run fused, in one
+(its config and files checked) and fed the columns it needs. It then runs in *groups*: consecutive stages
+(ingest, license's classification, language, filter, decontaminate; dedup's removal and pii) run fused, in one
 pass per shard, on workers that live for the whole run; each stage still writes its own removed rows, errors,
-stats and markers, and only the group's last stage writes kept rows (all of them with `--keep-intermediate`).
+stats and markers, and only the group's last stage writes kept rows (all of them with `--keep-intermediate`, a
+stage's with `keep: true` in its block).
 A stage run alone reads the output of the stage before it in the run's pipeline (or in STAGE_ORDER).
 """
 

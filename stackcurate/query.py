@@ -4,7 +4,7 @@ Views: `<stage>` (kept rows), `<stage>_removed`, `<stage>_errors`, `tokenize_doc
 went in the Megatron shards), and `stats` (every stage's counters).
 
 Example:
-    stackcurate query work/demo "select language, count(*) n from language group by 1 order by n desc"
+    stackcurate query work/demo "select language, count(*) n from pii group by 1 order by n desc"
 """
 
 from pathlib import Path

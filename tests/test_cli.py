@@ -161,3 +161,18 @@ def test_relative_paths_resolve_on_the_driver(tmp_path, monkeypatch):
         config = (out / "language" / "_config.yaml").read_text()
         assert f"languages: {tmp_path / 'lists' / 'py.txt'}" in config
         assert pq.read_table(out / "language" / "00000.parquet").column("path").to_pylist() == ["/a.py"]
+
+
+def test_dry_run_checks_every_stage_and_prints_the_fused_groups(tmp_path, capsys):
+    root = Path(__file__).resolve().parents[1]
+    assert main(["run", str(root / "pipelines" / "demo.yaml"), "--dry-run", "--out", str(tmp_path / "o")]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "ingest + license + language + filter + decontaminate: one pass per shard",
+        "dedup + pii: one pass per shard",
+        "format",
+        "tokenize",
+    ]
+    assert not (tmp_path / "o").exists()
+    bad = tmp_path / "p.yaml"
+    bad.write_text(f"out: o\nstages:\n  ingest: {{repos: [.]}}\n  filter: {{rules: {root}/filters/nope.yaml}}\n")
+    assert "nope.yaml does not exist" in _one_line_error(capsys, ["run", str(bad), "--dry-run"])

@@ -98,6 +98,9 @@ class Stage(Protocol):
         """Transform one input table; must not raise on bad rows (they become removed or error rows)."""
         ...
 
+    # A stage that runs fused after another (core/records.RecordStage) also defines
+    # `schema_after(input_schema) -> pa.Schema`: the schema of its kept rows given the rows it is handed.
+
 
 StageFactory = Callable[[], Stage]
 

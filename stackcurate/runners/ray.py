@@ -46,22 +46,22 @@ DEFAULT_WORKER_WAIT_S = 300.0  # an autoscaler needs minutes to add a node; a lo
 DEFAULT_RECYCLE_MB = 512.0
 
 
+def _env_number(name: str, default: float, unit: str) -> float:
+    value = os.environ.get(name)
+    try:
+        return float(value) if value else default
+    except ValueError:
+        raise StackcurateError(f"{name} must be a number of {unit}, not '{value}'") from None
+
+
 def worker_wait_s() -> float:
     """How long a run waits while no worker can run (STACKCURATE_WORKER_WAIT_S, default 300 s)."""
-    value = os.environ.get("STACKCURATE_WORKER_WAIT_S")
-    try:
-        return float(value) if value else DEFAULT_WORKER_WAIT_S
-    except ValueError:
-        raise StackcurateError(f"STACKCURATE_WORKER_WAIT_S must be a number of seconds, not '{value}'") from None
+    return _env_number("STACKCURATE_WORKER_WAIT_S", DEFAULT_WORKER_WAIT_S, "seconds")
 
 
 def recycle_mb() -> float:
     """The memory (MiB) above which a worker is replaced after a stage (STACKCURATE_WORKER_RECYCLE_MB)."""
-    value = os.environ.get("STACKCURATE_WORKER_RECYCLE_MB")
-    try:
-        return float(value) if value else DEFAULT_RECYCLE_MB
-    except ValueError:
-        raise StackcurateError(f"STACKCURATE_WORKER_RECYCLE_MB must be a number of MiB, not '{value}'") from None
+    return _env_number("STACKCURATE_WORKER_RECYCLE_MB", DEFAULT_RECYCLE_MB, "MiB")
 
 
 def init(address: str | None = None, num_cpus: int | None = None) -> None:
