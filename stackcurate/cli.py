@@ -32,7 +32,7 @@ group by all order by stage, metric, value desc
 
 
 def _run_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("run options (do not change the output)")
+    group = parser.add_argument_group("run options (do not change the final rows or shards)")
     group.add_argument(
         "--runner",
         choices=["ray", "local"],

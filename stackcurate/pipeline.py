@@ -45,7 +45,7 @@ FUSED_FILE = "_FUSED"  # in a stage folder whose kept rows were not written: it 
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
-    """How to run, as opposed to what to compute: none of this changes the final output."""
+    """How to run, as opposed to what to compute: none of this changes the final rows or shards."""
 
     runner: str = "ray"  # ray | local
     ray_address: str | None = None
