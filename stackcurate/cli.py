@@ -62,20 +62,10 @@ def _run_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_options(args: argparse.Namespace, base: dict[str, Any] | None = None) -> Any:
-    from stackcurate.pipeline import merge_run_options
+    from stackcurate.pipeline import RunOptions, merge_run_options
 
-    names = (
-        "runner",
-        "ray_address",
-        "workers",
-        "ray_cpus",
-        "overwrite",
-        "progress",
-        "dry_run",
-        "keep_intermediate",
-        "removed_content",
-    )
-    overrides = {k: getattr(args, k) for k in names}
+    # every run option has its flag in _run_flags (the same name)
+    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunOptions)}
     return merge_run_options(base or {}, overrides)
 
 

@@ -207,37 +207,29 @@ def _run_group(
         done = finished if done is None else done & finished
     assert done is not None
     pending = [s for s in shards if s.index not in done]
-    summaries: list[dict[str, Any]] = []
-    if pending:
-        job = ShardJob(
-            key=f"{run_id}-{'+'.join(spec.name for spec, _ in members)}",
-            factories=tuple(_Factory(spec.build, cfg) for (spec, _), cfg in zip(members, cfgs, strict=True)),
-            dirs=tuple(dirs),
-            run_id=run_id,
-            keep=keep,
-            removed_content=opts.removed_content,
-        )
-        gpus = max((spec.resources(cfg).get("num_gpus", 0.0) for (spec, _), cfg in zip(members, cfgs, strict=True)
-                    if spec.resources is not None), default=0.0)  # fmt: skip
-        summaries = executor.run_shards(job, pending, num_gpus=gpus)
-    # A shard left uncommitted (its store was down) keeps the stage unfinished: no _SUCCESS, so the next
-    # run redoes exactly those shards; the finished ones are kept.
-    for (spec, _), stage_dir in zip(members, dirs, strict=True):
-        committed = stage_dir.done_shards()
-        if unfinished := [s for s in shards if s.index not in committed]:
-            raise StackcurateError(_unfinished_line(spec.name, shards, unfinished, summaries))
+    job = ShardJob(
+        key=f"{run_id}-{'+'.join(spec.name for spec, _ in members)}",
+        factories=tuple(_Factory(spec.build, cfg) for (spec, _), cfg in zip(members, cfgs, strict=True)),
+        dirs=tuple(dirs),
+        run_id=run_id,
+        keep=keep,
+        removed_content=opts.removed_content,
+    )
+    gpus = max((spec.resources(cfg).get("num_gpus", 0.0) for (spec, _), cfg in zip(members, cfgs, strict=True)
+                if spec.resources is not None), default=0.0)  # fmt: skip
+    _run_pending(executor, job, shards, pending, gpus)
     results = []
     for i, ((spec, _), cfg, stage_dir) in enumerate(zip(members, cfgs, dirs, strict=True)):
         if spec.finish is not None:
             spec.finish(cfg, ctx)
-        source = input_uri if i == 0 else dirs[i - 1].uri
+        read_from = input_uri if i == 0 else dirs[i - 1].uri
         fused = io.join(stage_dir.root, FUSED_FILE)
         if keep[i]:
             if io.exists(stage_dir.fs, fused):
                 stage_dir.fs.delete_file(fused)
         else:
             io.write_bytes_atomic(stage_dir.fs, fused, members[i + 1][0].name.encode())
-        stage_dir.finish(dump_yaml({"stage": spec.name, "input": source, "config": to_dict(cfg)}))
+        stage_dir.finish(dump_yaml({"stage": spec.name, "input": read_from, "config": to_dict(cfg)}))
         result = StageResult(spec.name, len(shards), len(pending), seconds=time.perf_counter() - started)
         result.fused_after = members[i - 1][0].name if i else None
         for marker in io.expand(stage_dir.fs, io.join(stage_dir.root, "_shards"), suffix=".json"):
@@ -247,6 +239,20 @@ def _run_group(
             result.own_seconds += summary.get("seconds", 0.0)
         results.append(result)
     return results
+
+
+def _run_pending(
+    executor: Executor, job: ShardJob, shards: list[Shard], pending: list[Shard], num_gpus: float = 0.0
+) -> None:
+    """Run the pending shards of `job`; a one-line error unless every stage of it then has all its shards.
+
+    A shard left uncommitted (its store was down) keeps the stage unfinished: no _SUCCESS, so the next run
+    redoes exactly those shards; the finished ones are kept."""
+    summaries = executor.run_shards(job, pending, num_gpus=num_gpus) if pending else []
+    for stage_dir in job.dirs:
+        committed = stage_dir.done_shards()
+        if unfinished := [s for s in shards if s.index not in committed]:
+            raise StackcurateError(_unfinished_line(stage_dir.stage, shards, unfinished, summaries))
 
 
 def _run_pass(
@@ -273,10 +279,7 @@ def _run_pass(
     done = stage_dir.prepare(plan_fingerprint(name, settings, shards, out=out), overwrite=opts.overwrite)
     pending = [s for s in shards if s.index not in done]
     job = ShardJob(key=f"{run_id}-{name}", factories=(factory,), dirs=(stage_dir,), run_id=run_id, keep=(True,))
-    summaries = executor.run_shards(job, pending)
-    committed = stage_dir.done_shards()
-    if unfinished := [s for s in shards if s.index not in committed]:
-        raise StackcurateError(_unfinished_line(name, shards, unfinished, summaries))
+    _run_pending(executor, job, shards, pending)
     stage_dir.finish(dump_yaml({"stage": name, "input": input_uri, "config": settings}))
     return stage_dir.uri
 

@@ -24,6 +24,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from stackcurate.core import io
@@ -36,8 +37,6 @@ DONE = "_done"  # the markers of each phase's items, under WORK
 
 def _marked(fs: pafs.FileSystem, marker: str, fn: Callable[..., Any], *args: Any) -> Any:
     """Run one task and commit its result as a marker, so a rerun skips it."""
-    import pyarrow as pa
-
     result = fn(*args)
     io.write_bytes_atomic(fs, marker, json.dumps(result).encode())
     pa.default_memory_pool().release_unused()  # the worker lives on for the next task

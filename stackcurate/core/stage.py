@@ -365,7 +365,7 @@ class ShardJob:
         factories: Build each stage of the group, in order (on the worker).
         dirs: Each stage's output folder.
         run_id: Identifies this run in stats rows.
-        keep: Whether each stage writes its kept rows (the last one always does).
+        keep: Whether each stage writes its kept rows (the pipeline sets it for the last one, always).
         removed_content: Whether removed rows keep their `content` (else it is written as null).
     """
 
@@ -373,7 +373,7 @@ class ShardJob:
     factories: tuple[StageFactory, ...]
     dirs: tuple[StageDir, ...]
     run_id: str
-    keep: tuple[bool, ...] = ()
+    keep: tuple[bool, ...]
     removed_content: bool = True
 
     @property
@@ -466,13 +466,12 @@ class _StageWriters:
 
 def _run_shard(stages: list[Stage], shard: Shard, job: ShardJob) -> dict[str, Any]:
     started = time.perf_counter()
-    keep = job.keep or (False,) * len(stages)
     schema = stages[0].output_schema(shard)
     steps = []
-    for i, (stage, out) in enumerate(zip(stages, job.dirs, strict=True)):
+    for i, (stage, out, keep) in enumerate(zip(stages, job.dirs, job.keep, strict=True)):
         if i:
             schema = stage.schema_after(schema)  # pyright: ignore[reportAttributeAccessIssue] - record stages
-        steps.append(_StageWriters(stage, out, shard, schema, keep=keep[i] or i == len(stages) - 1))
+        steps.append(_StageWriters(stage, out, shard, schema, keep=keep))
     try:
         tables = _guarded_read(stages[0], shard, steps[0].errors)
         while True:
@@ -486,16 +485,12 @@ def _run_shard(stages: list[Stage], shard: Shard, job: ShardJob) -> dict[str, An
     except io.StoreUnavailable as exc:
         # Not committed: no marker, so the next run redoes the shard once the store is back. The summary says
         # why, for the stage's closing line (pipeline.run_stage), and has the usual counters for the runners.
-        for step in steps:
-            for writer in step.writers:
-                writer.abort()
+        _abort(steps)
         log.debug("%s shard %s left for a rerun: %s", job.name, shard.name, exc)
         keys = ("docs_in", "docs_out", "docs_removed", "errors", "bytes_out")
         return {"shard": shard.index, **dict.fromkeys(keys, 0), "unavailable": str(exc)}
     except BaseException:
-        for step in steps:
-            for writer in step.writers:
-                writer.abort()
+        _abort(steps)
         raise
     if len(steps) == 1:
         steps[0].seconds = time.perf_counter() - started  # a stage alone: the shard's whole time, as always
@@ -504,7 +499,13 @@ def _run_shard(stages: list[Stage], shard: Shard, job: ShardJob) -> dict[str, An
     for step, summary in zip(steps, summaries, strict=True):
         io.write_bytes_atomic(step.out.fs, step.out.path("_shards", shard, ".json"), json.dumps(summary).encode())
     pa.default_memory_pool().release_unused()  # a long-lived worker hands back what this shard freed
-    return {**summaries[-1], "stages": summaries}
+    return summaries[-1]
+
+
+def _abort(steps: list[_StageWriters]) -> None:
+    for step in steps:
+        for writer in step.writers:
+            writer.abort()
 
 
 def records_schema(shard: Shard, s3: io.S3Options | None = None) -> pa.Schema:

@@ -213,18 +213,20 @@ class _Worker:
 
     def run(self, job: ShardJob, shard: Shard) -> dict[str, Any]:
         if job.key != self.key:
-            self.key, self.stages = None, None  # the last stage's objects go before the next one's are built
-            gc.collect()
+            self._drop()  # the last stage's objects go before the next one's are built
             self.stages, self.key = job.build(), job.key
         return job.run(self.stages, shard)
 
     def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         return fn(*args)
 
-    def rss_mb(self) -> float:
-        """This process's resident memory now (not its peak), in MiB."""
+    def _drop(self) -> None:
         self.key, self.stages = None, None
         gc.collect()
+
+    def release(self) -> float:
+        """Drop the stage's objects (its stage run is over); this process's resident memory then, in MiB."""
+        self._drop()
         try:
             pages = int(open("/proc/self/statm").read().split()[1])  # noqa: SIM115 - one read of a proc file
         except (OSError, ValueError, IndexError):
@@ -444,11 +446,11 @@ class RayExecutor:
             self._pool = _Pool(ray, num_gpus)
         return self._pool, max(1, self.workers or available)
 
-    def _schedule(self, items: list[_Item], label: str, noun: str, desc: str, num_gpus: float = 0.0) -> list[Any]:
+    def _schedule(self, items: list[_Item], label: str, noun: str, num_gpus: float = 0.0) -> list[Any]:
         pool, concurrency = self._pool_for(num_gpus, label)
         concurrency = min(concurrency, len(items))
         with tqdm(
-            total=len(items), desc=f"{desc} ({max(concurrency, pool.size)} workers)", unit=noun,
+            total=len(items), desc=f"{label} ({max(concurrency, pool.size)} workers)", unit=noun,
             disable=not self.progress,
         ) as bar:  # fmt: skip
             try:
@@ -464,7 +466,7 @@ class RayExecutor:
         # The largest first (by rows, where the plan knows them): the last shard to finish is then a small one.
         ordered = sorted(shards, key=lambda s: s.start - s.stop)
         items = [_Item(s.index, f"shard {s.name}", "run", (job, s)) for s in ordered]
-        summaries = self._schedule(items, job.name, "shard", job.name, num_gpus)
+        summaries = self._schedule(items, job.name, "shard", num_gpus)
         self._recycle()
         return summaries
 
@@ -476,14 +478,14 @@ class RayExecutor:
         if not items:
             return []
         calls = [_Item(i, f"task {i}", "call", (fn, args)) for i, args in enumerate(items)]
-        return self._schedule(calls, desc, "task", desc)
+        return self._schedule(calls, desc, "task")
 
     def _recycle(self) -> None:
         """Replace the idle actors that hold more than recycle_mb() MiB now (each drops its stages first)."""
         if self._pool is None or not self._pool.idle:
             return
         limit = recycle_mb()
-        sizes = self._pool.ray.get([actor.rss_mb.remote() for actor in self._pool.idle])
+        sizes = self._pool.ray.get([actor.release.remote() for actor in self._pool.idle])
         for actor, size in zip(list(self._pool.idle), sizes, strict=True):
             if size > limit:
                 log.debug("a worker holds %.0f MiB after its stage: replacing it", size)
@@ -495,8 +497,8 @@ class RayExecutor:
             self._pool = None
 
     def close(self) -> None:
-        """End the workers; an embedded Ray this executor started goes too (explicitly: 0.6 s sooner than at
-        the process's exit)."""
+        """End the workers; an embedded Ray this executor started goes too (explicitly: on dedup's CLI command, 2 s
+        sooner than Ray's own exit handler)."""
         self._drop_pool()
         if self._owns_ray:
             import ray
