@@ -144,7 +144,7 @@ def test_settings_of_how_to_run_may_change_between_a_run_and_its_resume(tmp_path
     argv = ["ingest", "--repos", str(repo), "--out", str(tmp_path / "out"), "--runner", "local", "--no-progress"]
     assert main(argv) == 0
     capsys.readouterr()
-    assert main([*argv, "--fetch-threads", "4", "--fetch-retries", "1", "--tmp-dir", str(tmp_path)]) == 0
+    assert main([*argv, "--fetch-concurrency", "4", "--fetch-retries", "1", "--tmp-dir", str(tmp_path)]) == 0
     assert "(0 run now)" in _results(capsys.readouterr().out)["ingest"]
     assert main([*argv, "--max-bytes", "10"]) == 2  # this one changes what is kept
     assert "holds output of a different input or config" in capsys.readouterr().err

@@ -41,8 +41,9 @@ from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, extension_of, with_reason
 from stackcurate.core.stage import Shard, StageOutput, plan_parquet
-from stackcurate.stages.ingest import sources
+from stackcurate.stages.ingest import fetch, sources
 from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placeholder, sha1_hex
+from stackcurate.stages.ingest.fetch import FetchOptions
 
 ERROR_REASONS = frozenset(
     {
@@ -83,7 +84,10 @@ class IngestConfig:
     verify_hashes: bool = option(True, "check blob_id = sha1(bytes) and content_id = git blob hash")
     rows_per_shard: int = option(20_000, "metadata rows per shard (the unit of work and of resume)")
     batch_rows: int = option(512, "rows per in-memory batch")
-    fetch_threads: int = option(16, "concurrent content-store reads per worker", output=False)
+    fetch_concurrency: int = option(256, "content-store reads in flight per worker", output=False)
+    fetch_buffer_mb: float = option(
+        256.0, "MB of fetched objects a worker holds at most, read ahead or waiting to be decoded", output=False
+    )
     fetch_retries: int = option(
         5, "retries of a content-store read that failed transiently (refused, timeout, throttling, 5xx)", output=False
     )
@@ -104,8 +108,13 @@ class IngestConfig:
         return io.S3Options(endpoint=self.s3_endpoint, anonymous=self.s3_anonymous, region=self.s3_region)
 
     @property
-    def fetch(self) -> sources.FetchOptions:
-        return sources.FetchOptions(threads=self.fetch_threads, retries=self.fetch_retries, backoff=self.fetch_backoff)
+    def fetch_options(self) -> FetchOptions:
+        return FetchOptions(
+            concurrency=self.fetch_concurrency,
+            buffer_bytes=int(self.fetch_buffer_mb * 1e6),
+            retries=self.fetch_retries,
+            backoff=self.fetch_backoff,
+        )
 
     @property
     def limits(self) -> sources.Limits:
@@ -149,6 +158,10 @@ def plan(cfg: IngestConfig) -> list[Shard]:
         raise StackcurateError("--metadata needs --content, the store holding content/<blob_id> objects")
     if cfg.fetch_retries < 0 or cfg.fetch_backoff < 0:
         raise StackcurateError("--fetch-retries and --fetch-backoff may not be negative")
+    if cfg.fetch_concurrency < 1 or cfg.fetch_buffer_mb <= 0:
+        raise StackcurateError("--fetch-concurrency and --fetch-buffer-mb must be positive")
+    if cfg.content:
+        fetch.check_store(cfg.content)
     metadata = _expand_all(cfg.metadata, cfg.s3, "metadata")
     shards = plan_parquet(metadata, cfg.rows_per_shard, cfg.s3, kind="stack_v2", check=sources.check_metadata)
     inputs = [(_bundle_kind(uri), uri) for uri in _expand_all(cfg.bundles, cfg.s3, "bundle")]
@@ -194,7 +207,9 @@ class IngestStage:
         if shard.kind == "stack_v2":
             assert cfg.content is not None
             # Filtered before the fetch: a scan of license files reads a few objects of the store, not all.
-            return sources.read_stack_v2(shard, cfg.content, cfg.s3, cfg.limits, cfg.batch_rows, cfg.fetch, wanted)
+            return sources.read_stack_v2(
+                shard, cfg.content, cfg.s3, cfg.limits, cfg.batch_rows, cfg.fetch_options, wanted
+            )
         if shard.kind == "flat":
             tables = sources.read_flat_bundle(shard, cfg.limits, cfg.batch_rows, cfg.s3)
         elif shard.kind == "git_bare":

@@ -3,7 +3,8 @@
 
 Sources:
 - `stack_v2`: The Stack v2 file-level metadata Parquet plus a content store holding `content/<blob_id>`
-  gzip objects (local folder or S3), fetched by a thread pool (S3 latency, not CPU, bounds a single reader).
+  gzip objects (local folder or S3), many reads in flight at once (`fetch.py`: latency, not CPU, bounds a
+  reader that waits for each object).
 - `flat`: a SWH vault flat bundle, `swh:1:dir:<id>.tar.gz` whose top folder is `swh:1:dir:<id>/`.
 - `git_bare`: a SWH vault git-bare bundle, `swh_1_rev_<id>.git.tar` holding `swh:1:rev:<id>.git/`; the files
   of the revision's tree are taken.
@@ -11,18 +12,17 @@ Sources:
 """
 
 import os
-import random
 import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
-import threading
+from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar
+from typing import Any
 
 import pyarrow as pa
 
@@ -30,6 +30,7 @@ from stackcurate.core import io
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import DOC_ID_ORDINAL_BITS, FILE_SCHEMA
 from stackcurate.core.stage import Shard
+from stackcurate.stages.ingest import fetch
 from stackcurate.stages.ingest.content import gunzip_bounded
 
 RAW_SCHEMA = pa.schema(
@@ -41,16 +42,6 @@ _METADATA_COLUMNS = [
 ]
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _BATCH_BYTES = 64 << 20
-_MAX_BACKOFF = 30.0  # seconds, whatever fetch_backoff and fetch_retries say
-
-
-@dataclass(frozen=True, kw_only=True)
-class FetchOptions:
-    """How the content store is read (see IngestConfig: fetch_threads, fetch_retries, fetch_backoff)."""
-
-    threads: int
-    retries: int
-    backoff: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -196,70 +187,8 @@ def _conform_metadata(meta: pa.Table) -> tuple[pa.Table, list[str | None]]:
     return pa.table(columns), ["; ".join(p) if p else None for p in problems]
 
 
-class _GaveUp(Exception):  # noqa: N818 - control flow inside this module, never seen outside it
-    """The shard gave up on the content store; a read still queued is skipped."""
-
-
-class _ContentStore:
-    """The content store as the fetch threads of one shard share it.
-
-    A read that fails transiently (:func:`io.transient_cause`: refused, timed out, throttled, 5xx) is retried
-    `retries` times after an exponential backoff with jitter. One that still fails makes the shard give up:
-    reads still queued are skipped (the shard will be redone, so they would be thrown away) and
-    `failure` says why. The process also remembers the store as down, so that its next shard tries each read
-    once before giving up too instead of waiting through the backoff again; a store that is back answers
-    that one try, and retries are full again. S3 reads go through a client with no retries of its own.
-    """
-
-    _down: ClassVar[set[str]] = set()  # stores whose last read in this process failed through its retries
-
-    def __init__(self, uri: str, s3: io.S3Options, retries: int, backoff: float) -> None:
-        self.fs, self.root = io.filesystem(uri, s3, attempts=1)
-        where = f" at {s3.endpoint}" if uri.startswith("s3://") and s3.endpoint else ""
-        self.name = f"the content store {uri}{where}"
-        self.retries, self.backoff = retries, backoff
-        self.failure: str | None = None
-        self._gave_up = threading.Event()
-        self._lock = threading.Lock()
-
-    def get(self, path: str, cap: int) -> bytes | int:
-        """The object's bytes, or its size when that is over `cap`; a permanent failure raises its OSError.
-
-        Raises:
-            _GaveUp: The shard gave up on the store (this read failed through its retries, or another did).
-        """
-        tries = 1 if self.name in self._down else 1 + self.retries
-        error = f"{self.name} is unavailable"
-        for attempt in range(tries):
-            if self._gave_up.is_set():
-                raise _GaveUp
-            try:
-                with self.fs.open_input_file(path) as f:
-                    size = f.size()
-                    data = f.read() if size <= cap else size
-                self._down.discard(self.name)
-                return data
-            except OSError as exc:
-                cause = io.transient_cause(exc)
-                if cause is None:
-                    raise
-                error = f"{self.name} is unavailable: {cause} ({io.short_error(exc)})"
-            if attempt + 1 < tries:
-                # Equal jitter: at least half the doubled delay, so retries back off, and spread, so the
-                # threads that failed together do not come back together.
-                delay = min(self.backoff * 2**attempt, _MAX_BACKOFF)
-                if self._gave_up.wait(delay / 2 + random.uniform(0, delay / 2)):
-                    raise _GaveUp
-        with self._lock:
-            self.failure = self.failure or error
-        self._down.add(self.name)
-        self._gave_up.set()
-        raise _GaveUp
-
-
-def _fetch(
-    store: _ContentStore, row: dict[str, Any], problem: str | None, limits: Limits
-) -> tuple[bytes | None, str | None, str | None]:
+def _request(row: dict[str, Any], problem: str | None, limits: Limits) -> fetch.Request | tuple[None, str, str]:
+    """What to read for one metadata row, or why nothing is read (data, reason, detail)."""
     if problem is not None:
         return None, "bad_metadata", problem
     blob_id, length = row.get("blob_id"), row.get("length_bytes")
@@ -268,21 +197,34 @@ def _fetch(
         return None, "too_large", f"length_bytes {length} (cap {limits.max_bytes}), not fetched"
     if not blob_id or not _HEX40.fullmatch(blob_id):
         return None, "missing_blob", f"invalid blob_id {blob_id!r}"
-    path = io.join(store.root, "content", blob_id)
-    try:
-        compressed = store.get(path, limits.max_compressed_bytes)
-    except _GaveUp:
+    # gzip adds a few bytes to what does not compress; a row with no length_bytes may be anything up to the cap
+    reserve = length + 1024 if length is not None else limits.max_bytes
+    return fetch.Request(f"content/{blob_id}", limits.max_compressed_bytes, reserve)
+
+
+def _fetched(
+    result: "bytes | int | BaseException", key: str, content: str, limits: Limits
+) -> tuple[bytes | None, str | None, str | None]:
+    if isinstance(result, fetch.GaveUp):
         return None, None, None  # the shard is not committed: read_stack_v2 raises once the batch is done
-    except FileNotFoundError:
-        return None, "missing_blob", f"no object {path}"
-    except OSError as exc:
-        if "NoSuchKey" in str(exc) or "does not exist" in str(exc):
-            return None, "missing_blob", f"no object {path}"
-        return None, "fetch_failed", str(exc)[:500]
-    if isinstance(compressed, int):
-        return None, "too_large", f"{compressed} compressed bytes (cap {limits.max_compressed_bytes})"
-    inflated = gunzip_bounded(compressed, limits.max_bytes, limits.bomb_ratio)
+    if isinstance(result, FileNotFoundError):
+        return None, "missing_blob", f"no object {key} in {content}"
+    if isinstance(result, BaseException):
+        return None, "fetch_failed", fetch.short_error(result)
+    if isinstance(result, int):
+        return None, "too_large", f"{result} compressed bytes (cap {limits.max_compressed_bytes})"
+    inflated = gunzip_bounded(result, limits.max_bytes, limits.bomb_ratio)
     return inflated.data, inflated.reason, inflated.detail
+
+
+@dataclass
+class _Batch:
+    """Metadata rows whose objects are being read."""
+
+    rows: list[dict[str, Any]]
+    numbers: list[int]
+    plans: list["fetch.Request | tuple[None, str, str]"]
+    futures: "list[Future[bytes | int]]"
 
 
 def read_stack_v2(
@@ -291,11 +233,12 @@ def read_stack_v2(
     s3: io.S3Options,
     limits: Limits,
     batch_rows: int,
-    fetch: FetchOptions,
+    options: fetch.FetchOptions,
     wanted: Callable[[str | None], bool] | None = None,
 ) -> Iterator[pa.Table]:
     """Metadata rows `[start, stop)` of one Parquet file, each with its bytes fetched from the content store
-    (only the rows whose path is `wanted`, when given).
+    (only the rows whose path is `wanted`, when given). The reads of the next batches are in flight while a
+    batch is handed on (at least `2 * concurrency` objects ahead, within the fetch buffer).
 
     Raises:
         io.StoreUnavailable: The content store stayed unavailable through the retries; the shard must not be
@@ -303,32 +246,66 @@ def read_stack_v2(
         io.UnreadableRowGroups: After the other rows, when some row groups of the metadata could not be read.
     """
     meta_fs, meta_path = io.filesystem(shard.path, s3)
-    store = _ContentStore(content, s3, fetch.retries, fetch.backoff)
-    with ThreadPoolExecutor(max_workers=fetch.threads) as pool:
-        for first, meta in io.scan_parquet_rows(meta_fs, meta_path, shard.start, shard.stop, batch_rows=batch_rows):
-            meta, problems = _conform_metadata(meta)
-            rows = meta.to_pylist()
-            numbers = list(range(first, first + len(rows)))
-            if wanted is not None:
-                picked = [i for i, row in enumerate(rows) if wanted(row.get("path"))]
-                rows, problems = [rows[i] for i in picked], [problems[i] for i in picked]
-                numbers = [numbers[i] for i in picked]
-            fetched = list(pool.map(lambda rp: _fetch(store, rp[0], rp[1], limits), zip(rows, problems, strict=True)))
-            if store.failure is not None:
-                raise io.StoreUnavailable(store.failure)
-            for number, row, (data, reason, detail) in zip(numbers, rows, fetched, strict=True):
-                # doc_id is the row's number in the file, so it holds when a row group before it is unreadable.
-                row.update(
-                    doc_id=doc_id(shard.source_index, number),
-                    source="stack_v2",
-                    origin=shard.path,
-                    data=data,
-                    reason=reason,
-                    detail=detail,
-                )
-                if row.get("content_id"):
-                    row["swhid"] = f"swh:1:cnt:{row['content_id']}"
-            yield pa.Table.from_pylist(rows, schema=RAW_SCHEMA)
+    store = fetch.ContentStore(content, s3, options)
+    ahead: deque[_Batch] = deque()
+    in_flight = 0
+    unreadable: io.UnreadableRowGroups | None = None  # raised by the scan after its last rows: ours go first
+    try:
+        try:
+            scan = io.scan_parquet_rows(meta_fs, meta_path, shard.start, shard.stop, batch_rows=batch_rows)
+            for first, meta in scan:
+                meta, problems = _conform_metadata(meta)
+                rows = meta.to_pylist()
+                numbers = list(range(first, first + len(rows)))
+                if wanted is not None:
+                    picked = [i for i, row in enumerate(rows) if wanted(row.get("path"))]
+                    rows, problems = [rows[i] for i in picked], [problems[i] for i in picked]
+                    numbers = [numbers[i] for i in picked]
+                plans = [_request(row, problem, limits) for row, problem in zip(rows, problems, strict=True)]
+                futures = store.fetch([p for p in plans if isinstance(p, fetch.Request)])
+                ahead.append(_Batch(rows, numbers, plans, futures))
+                in_flight += len(futures)
+                while ahead and in_flight - len(ahead[0].futures) >= 2 * options.concurrency:
+                    in_flight -= len(ahead[0].futures)
+                    yield _finish(ahead.popleft(), store, content, limits, shard)
+        except io.UnreadableRowGroups as exc:
+            unreadable = exc
+        while ahead:
+            yield _finish(ahead.popleft(), store, content, limits, shard)
+    finally:
+        store.close()
+    if unreadable is not None:
+        raise unreadable
+
+
+def _finish(batch: _Batch, store: fetch.ContentStore, content: str, limits: Limits, shard: Shard) -> pa.Table:
+    """The raw table of a batch whose reads were started: each row with its bytes, or why it has none."""
+    futures = iter(batch.futures)
+    for number, row, plan in zip(batch.numbers, batch.rows, batch.plans, strict=True):
+        if isinstance(plan, fetch.Request):
+            future = next(futures)
+            try:
+                result: bytes | int | BaseException = future.result()
+            except BaseException as exc:  # noqa: BLE001 - the read's own failure, sorted by _fetched
+                result = exc
+            data, reason, detail = _fetched(result, plan.key, content, limits)
+            store.release(plan)
+        else:
+            data, reason, detail = plan
+        # doc_id is the row's number in the file, so it holds when a row group before it is unreadable.
+        row.update(
+            doc_id=doc_id(shard.source_index, number),
+            source="stack_v2",
+            origin=shard.path,
+            data=data,
+            reason=reason,
+            detail=detail,
+        )
+        if row.get("content_id"):
+            row["swhid"] = f"swh:1:cnt:{row['content_id']}"
+    if store.failure is not None:
+        raise io.StoreUnavailable(store.failure)
+    return pa.Table.from_pylist(batch.rows, schema=RAW_SCHEMA)
 
 
 # --- Vault bundles ----------------------------------------------------------------------------------------
