@@ -88,6 +88,7 @@ class StageResult:
     plan: list[str] = field(default_factory=list)
     fused_after: str | None = None  # the stage it ran fused after, in one pass per shard
     own_seconds: float = 0.0  # a fused stage's own time, summed over its shards
+    node_busy: dict[str, float] = field(default_factory=dict)  # node -> seconds its workers were busy (Ray)
 
     def line(self) -> str:
         counts = (
@@ -96,7 +97,16 @@ class StageResult:
         )
         if self.fused_after:
             return f"{counts}, fused after {self.fused_after} ({self.own_seconds:.1f} s of its own)"
-        return f"{counts} in {self.seconds:.1f} s"
+        return f"{counts} in {self.seconds:.1f} s{self.nodes_line()}"
+
+    def nodes_line(self) -> str:
+        """`; nodes busy ...` when workers on several nodes ran the stage (or its group)."""
+        if len(self.node_busy) < 2:
+            return ""
+        busy = sorted(self.node_busy.items())
+        mean = sum(self.node_busy.values()) / len(busy)
+        each = ", ".join(f"{node} {seconds:.1f} s" for node, seconds in busy)
+        return f"; nodes busy {each} (slowest {max(self.node_busy.values()) / max(mean, 1e-9):.2f}x the mean)"
 
 
 def predecessor(out: str, stage: str) -> str | None:
@@ -185,6 +195,8 @@ def _run_group(
             kinds[s.kind] = kinds.get(s.kind, 0) + 1
         plan = [f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {d.uri}" for d in dirs]
         return [StageResult(spec.name, len(shards), 0, plan=plan) for spec, _ in members]
+    executor.check_shared({"--out": out, **({"--input": input_uri} if input_uri is not None else {})})
+    executor.take_busy()  # from here on, this group's
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     source = None if first.reads_records else members[0]  # a pass of a fused stage reads through ingest
     ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, executor.map,
@@ -238,6 +250,7 @@ def _run_group(
                 setattr(result, key, getattr(result, key) + summary[key])
             result.own_seconds += summary.get("seconds", 0.0)
         results.append(result)
+    results[0].node_busy = executor.take_busy()  # the group's phases, shards and finishing tasks, by node
     return results
 
 

@@ -130,6 +130,15 @@ def exists(fs: pafs.FileSystem, path: str) -> bool:
     return fs.get_file_info(path).type != pafs.FileType.NotFound
 
 
+def file_size(uri: str, s3: S3Options | None = None) -> int:
+    """The size of the file at `uri` in bytes (0 when it cannot be told)."""
+    fs, path = filesystem(uri, s3)
+    try:
+        return fs.get_file_info(path).size or 0
+    except OSError:
+        return 0
+
+
 def write_bytes_atomic(fs: pafs.FileSystem, path: str, data: bytes) -> None:
     tmp = f"{path}.tmp-{uuid.uuid4().hex}"
     with fs.open_output_stream(tmp) as f:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -54,6 +55,8 @@ class Shard:
         start: First row (parquet shards).
         stop: One past the last row (parquet shards).
         detail: Why an `unreadable` shard could not be planned.
+        weight: About how many bytes of text the shard holds (0: not known); the largest run first, so that
+            the last shard to finish is a small one. Not part of the plan's fingerprint.
     """
 
     index: int
@@ -63,6 +66,7 @@ class Shard:
     start: int = 0
     stop: int = 0
     detail: str = ""
+    weight: int = 0
 
     @property
     def name(self) -> str:
@@ -227,7 +231,8 @@ def plan_fingerprint(stage: str, config: dict[str, Any], shards: list[Shard], *,
     """What a stage's output depends on: its config and its plan, with every local path made portable
     (:func:`_portable`), so a run folder moved or copied elsewhere, with or without its inputs, resumes."""
     _, root = io.filesystem(out)
-    payload = {"stage": stage, "config": config, "shards": [asdict(s) for s in shards]}
+    plan = [{k: v for k, v in asdict(s).items() if k != "weight"} for s in shards]
+    payload = {"stage": stage, "config": config, "shards": plan}
     text = json.dumps(_portable(payload, root + "/", {}), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -525,11 +530,13 @@ def plan_parquet(
     s3: io.S3Options | None = None,
     kind: str = "parquet",
     check: Callable[[str, pa.Schema], None] | None = None,
+    size_column: str | None = None,
 ) -> list[Shard]:
     """Split Parquet files into shards of at most `rows_per_shard` rows, in file order. `check(uri, schema)`
     vets each readable file's columns before any work (raising a one-line StackcurateError); a file that
     cannot be read becomes an `unreadable` shard, unless the failure is transient (the store is down), which
-    stops the plan in one line."""
+    stops the plan in one line. Each shard's weight is the sum of `size_column` over its rows when the file
+    has that column (metadata that gives each file's size), else its row groups' uncompressed bytes."""
     shards: list[Shard] = []
     for source_index, uri in enumerate(files):
         fs, path = io.filesystem(uri, s3)
@@ -555,7 +562,9 @@ def plan_parquet(
             check(uri, schema)
         # An empty file still gets one (empty) shard: its stage then writes an empty output with the schema,
         # which the next stage reads as an empty input.
+        sizes = _row_sizes(fs, path, footer, size_column if size_column in schema.names else None)
         for start in range(0, max(n, 1), rows_per_shard):
+            stop = min(n, start + rows_per_shard)
             shards.append(
                 Shard(
                     index=len(shards),
@@ -563,7 +572,21 @@ def plan_parquet(
                     path=uri,
                     source_index=source_index,
                     start=start,
-                    stop=min(n, start + rows_per_shard),
+                    stop=stop,
+                    weight=int(sizes[start:stop].sum()),
                 )
             )
     return shards
+
+
+def _row_sizes(fs: Any, path: str, footer: pq.FileMetaData, column: str | None) -> np.ndarray:
+    """About how many bytes each row of a Parquet file holds: its `column`, or its row group's average."""
+    if column is not None:
+        try:
+            values = pq.read_table(path, filesystem=fs, columns=[column]).column(column)
+            return pc.fill_null(values.cast(pa.int64()), 0).to_numpy()  # pyright: ignore[reportAttributeAccessIssue]
+        except (OSError, pa.ArrowException):
+            pass  # sizes that are not numbers, or an unreadable row group: the reading reports them
+    groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
+    per_row = [np.full(g.num_rows, g.total_byte_size / max(g.num_rows, 1)) for g in groups]
+    return np.concatenate(per_row) if per_row else np.zeros(0)

@@ -16,6 +16,14 @@ class Executor(Protocol):
         """`fn(*item)` for each item; results in item order."""
         ...
 
+    def take_busy(self) -> dict[str, float]:
+        """Seconds each node's workers spent on shards and tasks since the last call (empty where not measured)."""
+        ...
+
+    def check_shared(self, folders: dict[str, str]) -> None:
+        """Stop in one line unless every worker sees each folder (what it is -> path) as the driver does."""
+        ...
+
     def close(self) -> None:
         """Release the workers (the run is over)."""
         ...

@@ -26,6 +26,13 @@ class LocalExecutor:
                 bar.update()
         return summaries
 
+    def take_busy(self) -> dict[str, float]:
+        """Not measured: one process on one machine."""
+        return {}
+
+    def check_shared(self, folders: dict[str, str]) -> None:
+        """Nothing to check: this process is the only one that reads and writes."""
+
     def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:
         """`fn(*item)` for each item, in order."""
         results = []

@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ DEFAULT_WORKER_WAIT_S = 300.0  # an autoscaler needs minutes to add a node; a lo
 # A worker holding more after its stage is replaced: ScanCode's index (~1.5 GB) or the PII model's torch (~600
 # MB) would otherwise stay in memory through the stages after theirs. A fresh worker holds ~200 MB.
 DEFAULT_RECYCLE_MB = 512.0
+SHARED_CHECK_S = 120.0  # each node answers whether it sees the output: a task that needs no CPU
 
 
 def _env_number(name: str, default: float, unit: str) -> float:
@@ -208,8 +210,11 @@ class _Worker:
         self.key: str | None = None
         self.stages: Any = None
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> str:
+        """The id of the node this actor was placed on."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def run(self, job: ShardJob, shard: Shard) -> dict[str, Any]:
         if job.key != self.key:
@@ -247,7 +252,7 @@ class _Item:
 class _Pool:
     """The run's live actors, of one kind (CPU only, or with GPUs), kept from one stage and phase to the next."""
 
-    def __init__(self, ray: Any, num_gpus: float) -> None:
+    def __init__(self, ray: Any, num_gpus: float, busy: dict[str, float]) -> None:
         self.ray = ray
         self.num_gpus = num_gpus
         # No restarts by Ray: a restarted actor would hold its call while it waits for a CPU that, after a node
@@ -256,6 +261,9 @@ class _Pool:
         self.starting: dict[Any, Any] = {}  # `ready` call -> actor not placed yet
         self.idle: list[Any] = []
         self.actors: list[Any] = []  # every live actor asked for, to end them all when the run ends
+        self.node_of: dict[Any, str] = {}  # placed actor -> its node's name (node_name)
+        self.names: dict[str, str] = {}  # node id -> address
+        self.busy = busy  # node -> seconds its actors spent on items (the executor's, kept across pools)
 
     @property
     def size(self) -> int:
@@ -266,8 +274,15 @@ class _Pool:
         self.actors.append(actor)
         self.starting[actor.ready.remote()] = actor
 
+    def node_name(self, node_id: str) -> str:
+        """`address (first 8 of the node id)`: nodes of one machine share the address."""
+        if node_id not in self.names:
+            self.names.update({n["NodeID"]: n["NodeManagerAddress"] for n in self.ray.nodes()})
+        return f"{self.names.get(node_id, '?')} ({node_id[:8]})"
+
     def kill(self, actor: Any) -> None:
         self.ray.kill(actor, no_restart=True)
+        self.node_of.pop(actor, None)
         if actor in self.actors:
             self.actors.remove(actor)
         if actor in self.idle:
@@ -279,6 +294,7 @@ class _Pool:
         self.starting.clear()
         self.idle.clear()
         self.actors.clear()
+        self.node_of.clear()
 
 
 class _Scheduler:
@@ -291,7 +307,7 @@ class _Scheduler:
         self.label = label
         self.noun = noun  # "shard" or "task"
         self.bar = bar
-        self.running: dict[Any, tuple[Any, _Item]] = {}  # call -> (actor, item)
+        self.running: dict[Any, tuple[Any, _Item, float]] = {}  # call -> (actor, item, when it was handed out)
         self.failed_starts = 0  # actors that died before they answered, since the last one that did
 
     def run(self, items: list[_Item]) -> list[Any]:
@@ -308,13 +324,15 @@ class _Scheduler:
         while queue or self.running:
             while queue and self.pool.idle:
                 actor, item = self.pool.idle.pop(), queue.popleft()
-                self.running[getattr(actor, item.method).remote(*item.args)] = (actor, item)
+                self.running[getattr(actor, item.method).remote(*item.args)] = (actor, item, time.monotonic())
             done, _ = self.ray.wait([*self.running, *self.pool.starting], num_returns=1, timeout=POLL_S)
             for ref in done:
                 if ref in self.pool.starting:
                     self.placed(ref)
                     continue
-                actor, item = self.running.pop(ref)
+                actor, item, since = self.running.pop(ref)
+                node = self.pool.node_of.get(actor, "?")
+                self.pool.busy[node] = self.pool.busy.get(node, 0.0) + time.monotonic() - since
                 try:
                     results[item.index] = self.ray.get(ref)
                 except RayTaskError as exc:
@@ -346,7 +364,7 @@ class _Scheduler:
 
         actor = self.pool.starting.pop(ref)
         try:
-            self.ray.get(ref)
+            self.pool.node_of[actor] = self.pool.node_name(self.ray.get(ref))
         except RayActorError as exc:
             self.pool.kill(actor)
             if exc.actor_init_failed:  # it would fail on every node alike: e.g. stackcurate is not installed
@@ -413,6 +431,8 @@ class RayExecutor:
         self.address, self.workers, self.ray_cpus, self.progress = address, workers, ray_cpus, progress
         self._pool: _Pool | None = None
         self._owns_ray = False  # this executor started an embedded Ray: it shuts it down when the run ends
+        self._shared: set[str] = set()  # folders every node was seen to share
+        self._busy: dict[str, float] = {}  # see take_busy
 
     def _ray(self) -> Any:
         try:
@@ -443,7 +463,7 @@ class RayExecutor:
             available = min(available, int(cluster["GPU"] // num_gpus))
         if self._pool is None or self._pool.num_gpus != num_gpus:
             self._drop_pool()
-            self._pool = _Pool(ray, num_gpus)
+            self._pool = _Pool(ray, num_gpus, self._busy)
         return self._pool, max(1, self.workers or available)
 
     def _schedule(self, items: list[_Item], label: str, noun: str, num_gpus: float = 0.0) -> list[Any]:
@@ -459,12 +479,60 @@ class RayExecutor:
                 self._drop_pool()  # a failed run leaves no actor behind to write after it
                 raise
 
+    def check_shared(self, folders: dict[str, str], *, writes: str = "--out") -> None:
+        """Stop in one line unless every node of the cluster sees each local folder of `folders` (what it is
+        -> path) as this machine does: on several nodes, a path on this machine's own disk would have each node
+        write a part of the output to its own disk. Object-store URIs need no check; neither does one node.
+
+        A node sees a folder when it lists the same names in it; the folder `writes` names gets a probe file
+        first, so that empty folders of the same path on two disks do not look alike."""
+        local = {what: path for what, path in folders.items() if "://" not in path and path not in self._shared}
+        if not local:
+            return
+        ray = self._ray()
+        nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        if len(nodes) < 2:
+            return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        probe = None
+        if writes in local:
+            os.makedirs(local[writes], exist_ok=True)
+            probe = os.path.join(local[writes], f"_probe-{uuid.uuid4().hex}")
+            open(probe, "w").close()
+        try:
+            paths = list(local.values())
+            expected = [_listing(p) for p in paths]
+            listing = ray.remote(num_cpus=0, max_retries=0)(_listings)
+            calls = [
+                listing.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                    paths
+                )
+                for n in nodes
+            ]
+            seen = ray.get(calls, timeout=SHARED_CHECK_S)
+        finally:
+            if probe is not None:
+                with contextlib.suppress(OSError):
+                    os.remove(probe)
+        for i, (what, path) in enumerate(local.items()):
+            blind = [f"{n['NodeManagerAddress']} ({n['NodeID'][:8]})" for n, got in zip(nodes, seen, strict=True)
+                     if got[i] != expected[i]]  # fmt: skip
+            if blind:
+                raise StackcurateError(
+                    f"{what} {path} is a folder of this machine that {len(blind)} of the cluster's {len(nodes)} nodes "
+                    f"cannot see ({', '.join(blind)}); on a cluster, use a folder every node mounts at the same path "
+                    "(NFS, a shared volume) or an object store (s3://bucket/run)"
+                )
+        self._shared.update(local.values())
+
     def run_shards(self, job: ShardJob, shards: list[Shard], *, num_gpus: float = 0.0) -> list[dict[str, Any]]:
         """Run `shards` of a stage (or fused group); their summaries."""
         if not shards:
             return []
-        # The largest first (by rows, where the plan knows them): the last shard to finish is then a small one.
-        ordered = sorted(shards, key=lambda s: s.start - s.stop)
+        # The largest first (by the plan's estimate of their bytes, else rows): the last shard to finish is then a
+        # small one, and nodes finish together however the input's sizes are skewed.
+        ordered = sorted(shards, key=lambda s: (-s.weight, s.start - s.stop))
         items = [_Item(s.index, f"shard {s.name}", "run", (job, s)) for s in ordered]
         summaries = self._schedule(items, job.name, "shard", num_gpus)
         self._recycle()
@@ -479,6 +547,12 @@ class RayExecutor:
             return []
         calls = [_Item(i, f"task {i}", "call", (fn, args)) for i, args in enumerate(items)]
         return self._schedule(calls, desc, "task")
+
+    def take_busy(self) -> dict[str, float]:
+        """Seconds each node's workers spent on shards and tasks since the last call (`address (node id)`)."""
+        busy = dict(self._busy)
+        self._busy.clear()
+        return busy
 
     def _recycle(self) -> None:
         """Replace the idle actors that hold more than recycle_mb() MiB now (each drops its stages first)."""
@@ -505,6 +579,18 @@ class RayExecutor:
 
             ray.shutdown()
             self._owns_ray = False
+
+
+def _listing(path: str) -> list[str] | None:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return None
+
+
+def _listings(paths: list[str]) -> list[list[str] | None]:
+    """On one node: the names in each folder (None where there is no such folder)."""
+    return [_listing(p) for p in paths]
 
 
 def _last_line(exc: BaseException) -> str:

@@ -29,6 +29,8 @@ Example:
     stackcurate ingest --bundles 'vault/*.tar*' --repos ~/src/myproject --out work/run
 """
 
+import contextlib
+import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -163,7 +165,9 @@ def plan(cfg: IngestConfig) -> list[Shard]:
     if cfg.content:
         fetch.check_store(cfg.content)
     metadata = _expand_all(cfg.metadata, cfg.s3, "metadata")
-    shards = plan_parquet(metadata, cfg.rows_per_shard, cfg.s3, kind="stack_v2", check=sources.check_metadata)
+    shards = plan_parquet(
+        metadata, cfg.rows_per_shard, cfg.s3, kind="stack_v2", check=sources.check_metadata, size_column="length_bytes"
+    )
     inputs = [(_bundle_kind(uri), uri) for uri in _expand_all(cfg.bundles, cfg.s3, "bundle")]
     for repo in cfg.repos:
         if not Path(repo).is_dir():
@@ -171,8 +175,20 @@ def plan(cfg: IngestConfig) -> list[Shard]:
         inputs.append(("repo", str(Path(repo).resolve())))
     next_source = 1 + max((s.source_index for s in shards), default=-1)
     for i, (kind, uri) in enumerate(inputs):
-        shards.append(Shard(index=len(shards), kind=kind, path=uri, source_index=next_source + i))
+        weight = _folder_bytes(Path(uri)) if kind == "repo" else io.file_size(uri, cfg.s3)
+        shards.append(Shard(index=len(shards), kind=kind, path=uri, source_index=next_source + i, weight=weight))
     return shards
+
+
+def _folder_bytes(root: Path) -> int:
+    """The bytes of the files under `root`, git's own folder left out (the shard's weight: see Shard)."""
+    total = 0
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = [d for d in subfolders if d != ".git"]
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 def _name_matcher(pattern: str | None) -> Callable[[str | None], bool] | None:
