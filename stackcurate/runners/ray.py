@@ -493,6 +493,7 @@ class RayExecutor:
         nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
         if len(nodes) < 2:
             return
+        from ray.exceptions import RayError
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         probe = None
@@ -510,7 +511,14 @@ class RayExecutor:
                 )
                 for n in nodes
             ]
-            seen = ray.get(calls, timeout=SHARED_CHECK_S)
+            seen = []
+            deadline = time.monotonic() + SHARED_CHECK_S
+            for call in calls:
+                try:
+                    seen.append(ray.get(call, timeout=max(1.0, deadline - time.monotonic())))
+                except RayError as exc:  # the node went away since it was listed (or hangs): it runs nothing of ours
+                    log.debug("a node could not answer the shared-folder check: %s", _last_line(exc))
+                    seen.append(expected)
         finally:
             if probe is not None:
                 with contextlib.suppress(OSError):
