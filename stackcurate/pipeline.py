@@ -430,7 +430,10 @@ def run_pipeline(
     try:
         for group in plan_groups(pipeline.stages):
             first = group[0][0]
-            input_uri = (previous or default_input(pipeline.out, first.name)) if first.reads_records else None
+            if first.reads_records:
+                input_uri = previous or default_input(pipeline.out, first.name)
+            else:  # a source stage reads the stage before it only if it follows that one (ingest after graph)
+                input_uri = previous if previous and first.follows == previous.rsplit("/", 1)[-1] else None
             for result in _run_group(group, pipeline.out, opts, input_uri, executor, pipeline.keep):
                 results.append(result)
                 if report is not None:

@@ -8,6 +8,9 @@ way Software Heritage serves them, so the whole pipeline runs with no download:
     OUT/content/<sha1>                gzip objects, named by SHA-1 of the raw bytes, like s3://softwareheritage
     OUT/vault/swh:1:dir:<id>.tar.gz   a flat vault bundle (one stdlib package)
     OUT/vault/swh_1_rev_<id>.git.tar  a git-bare vault bundle (the same package, committed)
+    OUT/graph/orc/<table>/*.orc       a miniature SWH graph export of git repositories made from a few stdlib
+                                      packages, with its content store (`stackcurate graph` walks it;
+                                      stages/graph/mini.py)
 
 The selection is deterministic: files are ordered by the SHA-1 of their path and taken up to the budget.
 """
@@ -77,6 +80,7 @@ class SampleInfo:
     bytes: int
     repos: int
     bundles: list[str]
+    graph_origins: int
 
 
 def _roots() -> list[tuple[str, Path]]:
@@ -140,7 +144,11 @@ def build_sample(out: str | Path, *, max_bytes: int = 20_000_000, max_files: int
         total += len(data)
     pq.write_table(pa.Table.from_pylist(rows, schema=STACK_V2_FILE_SCHEMA), out / "metadata" / "00000.parquet")
     bundles = _write_bundles(out / "vault", Path(sysconfig.get_paths()["stdlib"]) / "json")
-    return SampleInfo(files=len(rows), bytes=total, repos=len({r["repo_name"] for r in rows}), bundles=bundles)
+    from stackcurate.stages.graph import mini
+
+    graph = mini.build(out / "graph", mini.default_sources())
+    return SampleInfo(files=len(rows), bytes=total, repos=len({r["repo_name"] for r in rows}), bundles=bundles,
+                      graph_origins=len(graph["origins"]))  # fmt: skip
 
 
 def _git(cwd: Path, *args: str) -> str:

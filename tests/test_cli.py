@@ -167,6 +167,7 @@ def test_dry_run_checks_every_stage_and_prints_the_fused_groups(tmp_path, capsys
     root = Path(__file__).resolve().parents[1]
     assert main(["run", str(root / "pipelines" / "demo.yaml"), "--dry-run", "--out", str(tmp_path / "o")]) == 0
     assert capsys.readouterr().out.splitlines() == [
+        "graph",
         "ingest + license + language + filter + decontaminate: one pass per shard",
         "dedup + pii: one pass per shard",
         "format",

@@ -39,6 +39,9 @@ class StageSpec:
     # Global work after every shard is done, before the stage is marked complete (tokenize: the Megatron
     # shards, from the tokenized rows; format: dropping its grouped copy of the input).
     finish: Callable[[Any, TaskContext], None] | None = None
+    # A source stage that, right after this stage in a pipeline, takes its output as input when given none of
+    # its own (ingest after graph: graph's metadata); `plan` then gets that folder.
+    follows: str | None = None
 
 
 def plan_records(cfg: Any, input_uri: str | None) -> list[Shard]:
@@ -58,9 +61,24 @@ def _ingest() -> StageSpec:
         "ingest",
         ingest.IngestConfig,
         ingest.IngestStage,
-        lambda cfg, _: ingest.plan(cfg),
+        ingest.plan,
         reads_records=False,
         fuse="head",
+        follows="graph",
+    )
+
+
+def _graph() -> StageSpec:
+    from stackcurate.stages import graph
+
+    return StageSpec(
+        "graph",
+        graph.GraphConfig,
+        graph.GraphStage,
+        lambda cfg, _: graph.plan(cfg),
+        reads_records=False,
+        prepare=graph.run_walk,
+        finish=graph.drop_walk,
     )
 
 
@@ -137,6 +155,7 @@ def _tokenize() -> StageSpec:
 
 
 _SPECS = {
+    "graph": _graph,
     "ingest": _ingest,
     "license": _license,
     "language": _language,

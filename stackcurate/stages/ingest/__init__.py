@@ -33,7 +33,7 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
@@ -152,8 +152,12 @@ def _expand_all(patterns: tuple[str, ...], s3: io.S3Options, what: str) -> list[
     return files
 
 
-def plan(cfg: IngestConfig) -> list[Shard]:
-    """Shards in a fixed order: metadata row ranges, then bundles, then repositories."""
+def plan(cfg: IngestConfig, metadata_from: str | None = None) -> list[Shard]:
+    """Shards in a fixed order: metadata row ranges, then bundles, then repositories. `metadata_from` is the
+    folder of a graph stage run before this one in a pipeline: its files are the metadata, unless the config
+    names some."""
+    if metadata_from is not None and not cfg.metadata:
+        cfg = replace(cfg, metadata=(io.join(metadata_from, "*.parquet"),))
     if not (cfg.metadata or cfg.bundles or cfg.repos):
         raise StackcurateError("ingest needs an input: --metadata with --content, --bundles, or --repos")
     if cfg.metadata and not cfg.content:
