@@ -12,7 +12,7 @@ import pytest
 from helpers import read_all
 
 from stackcurate.cli import main
-from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA
+from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, STATS_SCHEMA
 from stackcurate.stages.graph import OUTPUT_SCHEMA, mini, repo_name
 from stackcurate.stages.graph import walk as w
 
@@ -173,6 +173,25 @@ def test_origins_are_filtered_by_url_and_opt_out(export, tmp_path):
         "https://github.com/forker/email",
         "https://github.com/stdlib/http",
     }
+
+
+def _counts(out: Path) -> dict[str, float]:
+    stats = read_all(out / "graph" / "stats", STATS_SCHEMA).to_pylist()
+    return {r["metric"]: r["value"] for r in stats if r["metric"].startswith(("origins_", "directories_"))}
+
+
+def test_the_walk_counts_what_it_could_not_follow(export, tmp_path):
+    root, _ = export
+    _walk(root, tmp_path / "whole")
+    assert _counts(tmp_path / "whole") == {"origins_walked": 5.0, "origins_without_branch": 0.0,
+                                           "origins_without_revision": 0.0, "directories_missing": 0.0}  # fmt: skip
+    copy = tmp_path / "export"
+    shutil.copytree(root / "orc", copy / "orc")
+    for orc_file in (copy / "orc" / "revision").glob("*.orc"):  # no revision can be read
+        orc_file.write_bytes(b"not an ORC file")
+    _, _, errors = _walk(copy, tmp_path / "out")
+    assert errors.num_rows == len(list((copy / "orc" / "revision").glob("*.orc")))
+    assert _counts(tmp_path / "out")["origins_without_revision"] == 5.0
 
 
 def test_a_corrupt_orc_file_is_an_error_row_and_the_rest_is_walked(export, tmp_path):

@@ -25,7 +25,8 @@ Removed, with their reason: `symlink` (the blob is the link's text), `submodule`
 has no bytes), `hidden_content`, `content_missing` (not in the export's content tables). A name that is not
 UTF-8 keeps its file, its path decoded with backslash escapes (`name_not_utf8` counts them). An ORC file that
 cannot be read is an error row naming it; the other files are still walked. Origins whose branch cannot be
-resolved are counted in the stage's stats.
+resolved, or whose revision or directories are not in the export, are counted in the stage's stats
+(`origins_walked`, `origins_without_branch`, `origins_without_revision`, `directories_missing`).
 
 Example:
     stackcurate graph --export s3://softwareheritage/graph/2023-09-06-popular-1k --out work/run \\
@@ -49,6 +50,7 @@ from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext
 from stackcurate.stages.graph import walk as w
 
 WALK_STAGE = "graph_walk"
+SUMMARY = "summary.json"  # the walk's unreadable files and counts, in its work folder
 TABLES = ("origin_visit_status", "snapshot_branch", "release", "revision", "directory_entry", "content",
           "skipped_content")  # fmt: skip
 OUTPUT_SCHEMA = pa.schema(
@@ -148,11 +150,12 @@ def run_walk(cfg: GraphConfig, ctx: TaskContext) -> GraphConfig:
     files_of("origin_visit_status", w.visits_task)
     phases.run("latest", w.latest_task, parts, "graph latest visits")
     files_of("snapshot_branch", w.branches_task)
-    phases.run("resolve", w.resolve_task, parts, "graph branches")
+    resolved = phases.run("resolve", w.resolve_task, parts, "graph branches")
     files_of("release", w.by_id_task, "release")
-    phases.run("releases", w.releases_task, parts, "graph releases")
+    followed = phases.run("releases", w.releases_task, parts, "graph releases")
     files_of("revision", w.by_id_task, "revision")
-    phases.run("roots", w.roots_task, parts, "graph revisions")
+    roots = phases.run("roots", w.roots_task, parts, "graph revisions")
+    missing = 0
     files_of("directory_entry", w.entries_task)
     phases.run("sort-entries", w.sort_entries_task, parts, "graph sort entries")
     phases.drop("entries_by_dir")
@@ -161,6 +164,7 @@ def run_walk(cfg: GraphConfig, ctx: TaskContext) -> GraphConfig:
         rounds = phases.run(f"level-{depth}", w.level_task, [(walk, depth, p) for p in range(partitions)],
                             f"graph depth {depth}")  # fmt: skip
         phases.drop(f"level-{depth}")
+        missing += sum(r["missing_directories"] for r in rounds)
         depth += 1
         if not sum(r["next"] for r in rounds):
             break
@@ -169,7 +173,13 @@ def run_walk(cfg: GraphConfig, ctx: TaskContext) -> GraphConfig:
     phases.run("annotate", w.annotate_task, parts, "graph contents")
     for folder in ("files", "contents", "skipped"):
         phases.drop(folder)
-    io.write_bytes_atomic(phases.fs, phases.work("errors.json"), json.dumps(errors).encode())
+    counts = {  # what the walk could not follow, for the stage's stats
+        "origins_walked": sum(r["roots"] for r in roots),
+        "origins_without_branch": sum(r["unresolved"] for r in resolved) + sum(r["unresolved"] for r in followed),
+        "origins_without_revision": sum(r["missing_revisions"] for r in roots),
+        "directories_missing": missing,
+    }
+    io.write_bytes_atomic(phases.fs, phases.work(SUMMARY), json.dumps({"errors": errors, "counts": counts}).encode())
     return result
 
 
@@ -203,6 +213,7 @@ class GraphStage:
 
     def __init__(self, cfg: GraphConfig) -> None:
         self.cfg = cfg
+        self.counts: dict[str, int] = {}
 
     def output_schema(self, shard: Shard) -> pa.Schema:
         return OUTPUT_SCHEMA
@@ -222,10 +233,13 @@ class GraphStage:
             rows.append((origin["origin"], f["path"], f, origin))
         rows.sort(key=lambda r: (r[0], r[1]))  # the same order whatever the workers
         yield self._table(rows)
-        if shard.index == 0:  # the export's unreadable files, once
-            fs, path = io.filesystem(io.join(self.cfg.walk, "errors.json"))
-            for error in json.loads(io.read_text(fs, path)) if io.exists(fs, path) else []:
-                yield pa.table({"path": [None], "unreadable": [error["file"]], "detail": [error["error"]]})
+        if shard.index == 0:  # the export's unreadable files and the walk's counts, once
+            fs, path = io.filesystem(io.join(self.cfg.walk, SUMMARY))
+            summary = json.loads(io.read_text(fs, path))
+            self.counts = summary["counts"]
+            errors = summary["errors"]
+            yield pa.table({"unreadable": [e["file"] for e in errors], "detail": [e["error"] for e in errors]},
+                           schema=pa.schema([("unreadable", pa.string()), ("detail", pa.string())]))  # fmt: skip
 
     def _table(self, rows: list[tuple[str, bytes, dict[str, Any], dict[str, Any]]]) -> pa.Table:
         out: dict[str, list[Any]] = {n: [] for n in [*OUTPUT_SCHEMA.names, "reason", "detail"]}
@@ -255,7 +269,10 @@ class GraphStage:
                  "blob_id": pa.nulls(n, pa.string()), "reason": ["unreadable_input"] * n, "detail": table["detail"]},
                 schema=ERROR_SCHEMA,
             )  # fmt: skip
-            return StageOutput(kept=OUTPUT_SCHEMA.empty_table(), errors=errors)
+            stats: dict[tuple[str, str | None, str | None], float] = {
+                (name, None, None): float(n) for name, n in self.counts.items()
+            }
+            return StageOutput(kept=OUTPUT_SCHEMA.empty_table(), errors=errors, stats=stats)
         removed = [r is not None for r in table["reason"].to_pylist()]
         kept = table.filter(pa.array([not r for r in removed], pa.bool_()))
         not_utf8 = sum(d == "name_not_utf8" for d in kept["detail"].to_pylist())
