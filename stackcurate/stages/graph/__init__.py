@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from stackcurate.core import io
 from stackcurate.core.config import option
@@ -51,6 +52,7 @@ from stackcurate.stages.graph import walk as w
 
 WALK_STAGE = "graph_walk"
 SUMMARY = "summary.json"  # the walk's unreadable files and counts, in its work folder
+BATCH_ROWS = 65_536  # output rows handed to the writer at a time
 TABLES = ("origin_visit_status", "snapshot_branch", "release", "revision", "directory_entry", "content",
           "skipped_content")  # fmt: skip
 OUTPUT_SCHEMA = pa.schema(
@@ -196,14 +198,22 @@ def repo_name(url: str) -> str:
     return bare.removeprefix("github.com/")
 
 
-def _text(name: bytes | None) -> tuple[str | None, bool]:
-    """A path from its bytes, and whether they were not UTF-8 (then decoded with backslash escapes)."""
-    if name is None:
-        return None, False
+def _texts(names: pa.ChunkedArray) -> tuple[pa.Array, list[int]]:
+    """Paths from their bytes, and the rows whose bytes were not UTF-8 (decoded with backslash escapes)."""
     try:
-        return name.decode(), False
-    except UnicodeDecodeError:
-        return name.decode("utf-8", "backslashreplace"), True
+        return names.cast(pa.string()).combine_chunks(), []
+    except pa.ArrowInvalid:  # some name is not UTF-8: decode one by one
+        texts, bad = [], []
+        for i, name in enumerate(names.to_pylist()):
+            if name is None:
+                texts.append(None)
+                continue
+            try:
+                texts.append(name.decode())
+            except UnicodeDecodeError:
+                texts.append(name.decode("utf-8", "backslashreplace"))
+                bad.append(i)
+        return pa.array(texts, pa.string()), bad
 
 
 class GraphStage:
@@ -224,15 +234,12 @@ class GraphStage:
         walk = w.Walk(export=self.cfg.export or "", work=self.cfg.walk, partitions=0, origins=None,
                       opt_out=frozenset(), branches=(), max_depth=self.cfg.max_depth)  # fmt: skip
         files, origins = w.read_annotated(walk, shard.index)
-        by_key = {r["okey"]: r for r in origins.to_pylist()}
-        rows = []
-        for f in files.to_pylist():
-            origin = by_key.get(f["okey"])
-            if origin is None:
-                continue
-            rows.append((origin["origin"], f["path"], f, origin))
-        rows.sort(key=lambda r: (r[0], r[1]))  # the same order whatever the workers
-        yield self._table(rows)
+        # sorted, so the files come in the same order whatever the workers
+        joined = files.join(origins, "okey", join_type="inner").sort_by(
+            [("origin", "ascending"), ("path", "ascending")]
+        )
+        for start in range(0, joined.num_rows, BATCH_ROWS):
+            yield self._table(joined.slice(start, BATCH_ROWS))
         if shard.index == 0:  # the export's unreadable files and the walk's counts, once
             fs, path = io.filesystem(io.join(self.cfg.walk, SUMMARY))
             summary = json.loads(io.read_text(fs, path))
@@ -241,24 +248,26 @@ class GraphStage:
             yield pa.table({"unreadable": [e["file"] for e in errors], "detail": [e["error"] for e in errors]},
                            schema=pa.schema([("unreadable", pa.string()), ("detail", pa.string())]))  # fmt: skip
 
-    def _table(self, rows: list[tuple[str, bytes, dict[str, Any], dict[str, Any]]]) -> pa.Table:
-        out: dict[str, list[Any]] = {n: [] for n in [*OUTPUT_SCHEMA.names, "reason", "detail"]}
-        for url, raw_path, f, origin in rows:
-            path, not_utf8 = _text(raw_path)
-            reason, detail = f["reason"], f["detail"]
-            if not_utf8 and reason is None:
-                detail = "name_not_utf8"
-            branch, _ = _text(origin["branch_name"])
-            values = {"blob_id": f["blob_id"], "directory_id": f["directory_id"], "path": path,
-                      "content_id": f["content_id"], "repo_name": repo_name(url), "origin_url": url,
-                      "snapshot_id": origin["snapshot_id"], "revision_id": origin["revision_id"],
-                      "branch_name": branch, "visit_date": origin["visit_date"],
-                      "revision_date": origin["revision_date"], "committer_date": origin["committer_date"],
-                      "length_bytes": f["length_bytes"], "extension": extension_of(path or ""),
-                      "reason": reason, "detail": detail}  # fmt: skip
-            for name, value in values.items():
-                out[name].append(value)
-        return pa.table(out, schema=pa.schema([*OUTPUT_SCHEMA, ("reason", pa.string()), ("detail", pa.string())]))
+    def _table(self, joined: pa.Table) -> pa.Table:
+        """The output rows (and removed ones, with their reason) of files joined with their origin."""
+        paths, not_utf8 = _texts(joined["path"])
+        branches, _ = _texts(joined["branch_name"])
+        urls = joined["origin"].to_pylist()
+        names = {url: repo_name(url) for url in set(urls)}
+        detail = joined["detail"].to_pylist()
+        for i in not_utf8:  # kept, with its path escaped: said in `detail`, counted in the stats
+            detail[i] = detail[i] or "name_not_utf8"
+        columns = {
+            "blob_id": joined["blob_id"], "directory_id": joined["directory_id"], "path": paths,
+            "content_id": joined["content_id"], "repo_name": pa.array([names[u] for u in urls], pa.string()),
+            "origin_url": joined["origin"], "snapshot_id": joined["snapshot_id"],
+            "revision_id": joined["revision_id"], "branch_name": branches, "visit_date": joined["visit_date"],
+            "revision_date": joined["revision_date"], "committer_date": joined["committer_date"],
+            "length_bytes": joined["length_bytes"],
+            "extension": pa.array([extension_of(p or "") for p in paths.to_pylist()], pa.string()),
+            "reason": joined["reason"], "detail": pa.array(detail, pa.string()),
+        }  # fmt: skip
+        return pa.table(columns, schema=pa.schema([*OUTPUT_SCHEMA, ("reason", pa.string()), ("detail", pa.string())]))
 
     def __call__(self, table: pa.Table) -> StageOutput:
         if "unreadable" in table.column_names:
@@ -273,12 +282,12 @@ class GraphStage:
                 (name, None, None): float(n) for name, n in self.counts.items()
             }
             return StageOutput(kept=OUTPUT_SCHEMA.empty_table(), errors=errors, stats=stats)
-        removed = [r is not None for r in table["reason"].to_pylist()]
-        kept = table.filter(pa.array([not r for r in removed], pa.bool_()))
-        not_utf8 = sum(d == "name_not_utf8" for d in kept["detail"].to_pylist())
+        removed = pc.is_valid(table["reason"])  # pyright: ignore[reportAttributeAccessIssue]
+        kept = table.filter(pc.invert(removed))  # pyright: ignore[reportAttributeAccessIssue]
+        not_utf8 = pc.sum(pc.equal(kept["detail"], "name_not_utf8")).as_py() or 0  # pyright: ignore[reportAttributeAccessIssue]
         return StageOutput(
             kept=kept.select(OUTPUT_SCHEMA.names),
-            removed=table.filter(pa.array(removed, pa.bool_())),
+            removed=table.filter(removed),
             stats={("name_not_utf8", None, None): float(not_utf8)} if not_utf8 else None,
         )
 

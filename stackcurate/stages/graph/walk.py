@@ -352,15 +352,17 @@ def annotate_task(walk: Walk, part: int) -> dict[str, Any]:
     export's content table), by origin."""
     files = _read(walk, "files", part, FILES)
     contents = pa.concat_tables([_read(walk, "contents", part, CONTENTS), _read(walk, "skipped", part, CONTENTS)])
-    known = {r[0]: r[1:] for r in zip(*(contents.column(c).to_pylist() for c in CONTENTS.names), strict=True)}
-    blob, length, reason, detail = [], [], files.column("reason").to_pylist(), files.column("detail").to_pylist()
-    for i, content_id in enumerate(files.column("content_id").to_pylist()):
-        sha1, size, status, skipped = known.get(content_id, (None, None, None, None)) if content_id else (None,) * 4
-        blob.append(sha1)
-        length.append(size)
+    known = contents.rename_columns(["content_id", "blob_id", "length_bytes", "status", "skipped"])
+    known = known.append_column("known", pa.array(np.ones(known.num_rows, dtype=bool)))
+    # An Arrow join, not a dict of the partition: the content table is the export's largest after its entries.
+    files = files.join(known, "content_id", join_type="left outer")  # in no set order: the shards sort
+    reason, detail = files.column("reason").to_pylist(), files.column("detail").to_pylist()
+    found = files.column("known").to_pylist()
+    columns = (files.column(c).to_pylist() for c in ("content_id", "status", "skipped"))
+    for i, (content_id, status, skipped) in enumerate(zip(*columns, strict=True)):
         if reason[i] is not None:
             continue
-        if content_id not in known:
+        if not found[i]:
             reason[i], detail[i] = "content_missing", f"{content_id} is not in the export's content tables"
         elif skipped is not None:
             reason[i], detail[i] = "skipped_content", skipped
@@ -368,8 +370,7 @@ def annotate_task(walk: Walk, part: int) -> dict[str, Any]:
             reason[i], detail[i] = "hidden_content", f"status {status}"
     table = files.set_column(files.schema.get_field_index("reason"), "reason", pa.array(reason, pa.string()))
     table = table.set_column(table.schema.get_field_index("detail"), "detail", pa.array(detail, pa.string()))
-    table = table.append_column("blob_id", pa.array(blob, pa.string()))
-    table = table.append_column("length_bytes", pa.array(length, pa.int64()))
+    table = table.select(ANNOTATED.names).cast(ANNOTATED)
     _write(walk, "annotated", part, table, _key_part(table.column("okey").to_numpy(), walk.partitions))
     return {"files": table.num_rows}
 
