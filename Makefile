@@ -12,6 +12,9 @@ install: base
 
 install-dev: base
 	$(PIP) install -q -e ".[dev]"
+	@# headless Chromium renders the run report in a test (skipped where it cannot be installed)
+	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || apt-get install -y -q chromium >/dev/null \
+		|| echo "chromium not installed: the report's rendering test will be skipped"
 
 base:
 	$(PIP) install -q "$(TORCH)"

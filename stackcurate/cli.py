@@ -108,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-rows", type=int, default=40, help="rows to print in table format")
     p.set_defaults(handler=_cmd_query)
 
+    p = sub.add_parser(
+        "report", help="the run's report: OUT/report/index.html, summary.json, README.md (dataset card)"
+    )
+    p.add_argument("out", help="output folder of a run")
+    p.set_defaults(handler=_cmd_report)
+
     p = sub.add_parser("stats", help="documents in, kept, removed (by reason) and errors, per stage")
     p.add_argument("out", help="output folder of a run")
     p.set_defaults(handler=_cmd_stats)
@@ -211,7 +217,15 @@ def _cmd_run(args: argparse.Namespace) -> None:
             print(" + ".join(names) + (": one pass per shard" if len(names) > 1 else ""))
         return
     run_pipeline(pipeline, opts, report=lambda result: print(result.line(), flush=True))
-    print(f"outputs in {pipeline.out}; try: stackcurate stats {pipeline.out}")
+    if "://" in pipeline.out:
+        print(f"outputs in {pipeline.out}; try: stackcurate stats {pipeline.out}")
+        return
+    from stackcurate.report import write_report
+
+    report = write_report(pipeline.out)
+    print(
+        f"outputs in {pipeline.out}; the run's report: {report / 'index.html'} (dataset card: {report / 'README.md'})"
+    )
 
 
 def _print_relation(rel: Any, fmt: str, max_rows: int) -> None:
@@ -251,6 +265,13 @@ def _cmd_purge(args: argparse.Namespace) -> None:
     if args.dry_run:
         print("\n".join(result.files))
     print(result.line(args.dry_run))
+
+
+def _cmd_report(args: argparse.Namespace) -> None:
+    from stackcurate.report import write_report
+
+    folder = write_report(args.out)
+    print(f"{folder / 'index.html'}, {folder / 'summary.json'}, {folder / 'README.md'}")
 
 
 def _cmd_stats(args: argparse.Namespace) -> None:

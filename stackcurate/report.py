@@ -1,0 +1,276 @@
+"""The run report: what a run did, for the people who must sign off a dataset.
+
+`stackcurate report OUT` (also run at the end of `stackcurate run`) writes `OUT/report/`:
+- `summary.json`: every number of the page, from the run's own `stats/` and `removed/` through DuckDB (the
+  views of `stackcurate query`), so it always agrees with `stackcurate stats`;
+- `index.html`: one static page that opens offline: charts are inline SVG (no script, no font or style sheet
+  from elsewhere, no request);
+- `README.md`: a Hugging Face dataset card (YAML header: license, languages, size category, task category,
+  `configs` naming the final Parquet files) describing the curation steps that ran, with their numbers.
+
+Only the stages a run has are reported, in pipeline order.
+"""
+
+import html
+import json
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stackcurate.core.errors import StackcurateError
+from stackcurate.query import connect
+from stackcurate.stages import STAGE_ORDER
+
+REPORT_DIR = "report"
+EXAMPLES = 3  # removed rows shown per (stage, reason)
+TOP = 15  # bars per chart
+# internal folders whose counters belong to a stage's section
+PARTS = {"license_scan": "license", "dedup_clusters": "dedup", "graph_walk": "graph"}
+COUNTS = ("docs_in", "docs_out", "docs_removed", "docs_error", "bytes_in", "bytes_out", "bytes_removed")
+REASONS_SQL = """select stage, reason, sum(value) filter (metric = 'docs_removed') as docs,
+    sum(value) filter (metric = 'bytes_removed') as bytes from stats
+    where reason is not null and metric in ('docs_removed', 'bytes_removed') group by all order by stage, docs desc"""
+LANGUAGES_SQL = """select stage, language, sum(value) filter (metric = 'docs_out') as docs,
+    sum(value) filter (metric = 'bytes_out') as bytes from stats
+    where language is not null and metric in ('docs_out', 'bytes_out') group by all order by stage, bytes desc"""
+RUNS_SQL = "select distinct run_id from stats order by run_id"
+DEDUP_SQL = """select reason as size, sum(value)::bigint as clusters from stats
+    where stage = 'dedup_clusters' and metric = 'clusters' group by all order by clusters desc"""
+PII_SQL = """select metric, reason as entity, sum(value)::bigint as spans from stats
+    where stage = 'pii' and metric like 'spans_%' group by all order by metric, spans desc"""
+SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+         (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))  # fmt: skip
+LIBRARIES = ("stackcurate", "pyarrow", "duckdb", "ray", "obstore", "tokenizers", "presidio-analyzer", "torch")
+
+
+def _rows(con: Any, sql: str) -> list[dict[str, Any]]:
+    table = con.sql(sql).to_arrow_table()
+    return table.to_pylist()
+
+
+def _stages(out: Path, present: set[str]) -> list[str]:
+    """The run's stages in pipeline order (the last `stackcurate run`'s list, else STAGE_ORDER)."""
+    listed = out / "_pipeline.json"
+    order = json.loads(listed.read_text())["stages"] if listed.exists() else list(STAGE_ORDER)
+    return [s for s in order if s in present] + sorted(present - set(order) - set(PARTS))
+
+
+def summarize(out: str | Path) -> dict[str, Any]:
+    """Every number of the report (see the module docstring)."""
+    out = Path(out)
+    con, views = connect(out)
+    if "stats" not in views:
+        raise StackcurateError(f"{out} has no stats yet; run a stage first")
+    metric_rows = _rows(con, "select stage, metric, sum(value) as value from stats group by all")
+    totals: dict[str, dict[str, float]] = {}
+    for r in metric_rows:
+        totals.setdefault(r["stage"], {})[r["metric"]] = r["value"]
+    stages = _stages(out, set(totals))
+    funnel = []
+    for stage in stages:
+        t = totals[stage]
+        seconds = t.get("seconds", 0.0) + totals.get(_part_of(stage), {}).get("seconds", 0.0)
+        funnel.append({"stage": stage, **{k: int(t.get(k, 0)) for k in COUNTS}, "seconds": round(seconds, 2)})
+    reasons = _rows(con, REASONS_SQL)
+    errors = _rows(con, "select stage, reason, sum(value) as docs from stats where metric = 'docs_error' "
+                        "group by all order by stage, docs desc")  # fmt: skip
+    examples = {}
+    for stage in stages:
+        if f"{stage}_removed" in views:
+            cols = _columns(con, f"{stage}_removed")
+            repo = "repo_name" if "repo_name" in cols else "null"
+            path = "path" if "path" in cols else "null"
+            examples[stage] = _rows(con, f"select reason, {path} as path, {repo} as repo_name, left(detail, 200) as "
+                                         f"detail from (select *, row_number() over (partition by reason order by "
+                                         f"{path}) n from \"{stage}_removed\") where n <= {EXAMPLES} "
+                                         "order by reason, path")  # fmt: skip
+    languages = _rows(con, LANGUAGES_SQL)
+    summary = {
+        "run": {
+            "out": str(out),
+            "run_ids": [r["run_id"] for r in _rows(con, RUNS_SQL)],
+            "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "versions": _versions(),
+            "python": platform.python_version(),
+        },  # fmt: skip
+        "stages": stages,
+        "funnel": funnel,
+        "tokens": int(totals.get("tokenize", {}).get("tokens", 0)),
+        "removed_by_reason": [r | {"docs": int(r["docs"] or 0), "bytes": int(r["bytes"] or 0)} for r in reasons],
+        "errors_by_reason": [r | {"docs": int(r["docs"])} for r in errors],
+        "examples": examples,
+        "languages": [r | {"docs": int(r["docs"] or 0), "bytes": int(r["bytes"] or 0)} for r in languages],
+        "dedup": _rows(con, DEDUP_SQL) if "dedup_clusters" in totals else [],
+        "pii": _rows(con, PII_SQL) if "pii" in totals else [],
+        "licenses": _licenses(con, views, stages),
+        "config": {s: _config(out / s) for s in stages},
+    }
+    return summary
+
+
+def _part_of(stage: str) -> str:
+    return next((part for part, owner in PARTS.items() if owner == stage), "")
+
+
+def _columns(con: Any, view: str) -> set[str]:
+    return {r[0] for r in con.sql(f'describe "{view}"').fetchall()}
+
+
+def _licenses(con: Any, views: list[str], stages: list[str]) -> list[dict[str, Any]]:
+    final = next((s for s in reversed(stages) if s in views and "license_type" in _columns(con, s)), None)
+    if final is None:
+        return []
+    return _rows(con, f'select license_type, count(*) as docs from "{final}" group by all order by docs desc')
+
+
+def _config(stage_dir: Path) -> Any:
+    path = stage_dir / "_config.yaml"
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+# ---- the page ----------------------------------------------------------------------------------------------
+
+
+def _bars(title: str, items: list[tuple[str, float]], unit: str = "") -> str:
+    """A horizontal bar chart as inline SVG (one <rect> per bar)."""
+    items = [(label, value) for label, value in items if value][:TOP]
+    if not items:
+        return f"<h3>{html.escape(title)}</h3><p class=none>nothing to show</p>"
+    top, row = max(v for _, v in items), 22
+    width, label_w = 760, 230
+    marks = []
+    for i, (label, value) in enumerate(items):
+        w = max(1.0, (width - label_w - 120) * value / top)
+        y = i * row
+        marks.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{html.escape(str(label)[:36])}</text>'
+                     f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" fill="#4878a8"/>'
+                     f'<text x="{label_w + w + 6:.1f}" y="{y + 15}">{value:,.0f}{unit}</text>')  # fmt: skip
+    svg = (f'<svg class=chart width="{width}" height="{len(items) * row}" font-size="12" '
+           f'font-family="sans-serif">{"".join(marks)}</svg>')  # fmt: skip
+    return f"<h3>{html.escape(title)}</h3>{svg}"
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "" if value is None else str(value)
+
+
+def page(summary: dict[str, Any]) -> str:
+    """The report as one HTML page with inline SVG charts and nothing fetched from elsewhere."""
+    funnel = summary["funnel"]
+    parts = [f"<h1>stackcurate run report</h1><p>{html.escape(summary['run']['out'])} · written "
+             f"{summary['run']['written']} · run {', '.join(summary['run']['run_ids'])}</p>"]  # fmt: skip
+    kept = [(f["stage"], f["docs_out"]) for f in funnel]
+    mb = [(f["stage"], f["bytes_out"] / 1e6) for f in funnel]
+    table = _table(funnel, ["stage", *COUNTS, "seconds"])
+    parts.append("<h2>1. Funnel</h2>" + _bars("Files kept", kept) + _bars("MB kept", mb, " MB") + table)
+    if summary["tokens"]:
+        parts.append(f"<p>Tokens in the Megatron shards: <b>{summary['tokens']:,}</b></p>")
+    by_stage: dict[str, list[dict[str, Any]]] = {}
+    for r in summary["languages"]:
+        if r["bytes"]:
+            by_stage.setdefault(r["stage"], []).append(r)
+    ordered = [stage for stage in summary["stages"] if stage in by_stage]  # pipeline order
+    if ordered:
+        parts.append("<h2>2. Languages</h2>")
+        for stage in dict.fromkeys([ordered[0], ordered[-1]]):  # the first stage that knows them, and the last
+            mb = [(r["language"], r["bytes"] / 1e6) for r in by_stage[stage]]
+            parts.append(_bars(f"MB per language after {stage}", mb, " MB"))
+    parts.append("<h2>3. Removed, by stage and reason</h2>")
+    for stage in summary["stages"]:
+        rows = [r for r in summary["removed_by_reason"] if r["stage"] == stage]
+        if rows:
+            parts.append(_bars(f"{stage}: files removed by reason", [(r["reason"], r["docs"]) for r in rows]))
+            parts.append(_table(summary["examples"].get(stage, []), ["reason", "path", "repo_name", "detail"]))
+    if summary["dedup"]:
+        parts.append(
+            "<h2>5. Dedup</h2>" + _bars("Clusters by size", [(r["size"], r["clusters"]) for r in summary["dedup"]])
+        )
+    if summary["licenses"]:
+        types = [(r["license_type"], r["docs"]) for r in summary["licenses"]]
+        parts.append("<h2>6. Licenses</h2>" + _bars("Files by license type", types))
+    if summary["pii"]:
+        redacted = [(r["entity"], r["spans"]) for r in summary["pii"] if r["metric"] == "spans_redacted"]
+        parts.append("<h2>7. PII</h2>" + _bars("Spans redacted by entity", redacted)
+                     + _table(summary["pii"], ["metric", "entity", "spans"]))  # fmt: skip
+    if summary["errors_by_reason"]:
+        parts.append("<h2>9. Errors</h2>" + _table(summary["errors_by_reason"], ["stage", "reason", "docs"]))
+    parts.append("<h2>10. Configuration and versions</h2><pre>"
+                 + html.escape(yaml.safe_dump({"versions": summary["run"]["versions"], "config": summary["config"]},
+                                              sort_keys=False)) + "</pre>")  # fmt: skip
+    style = ("body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;"
+             "font-size:12px;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
+             "pre{background:#f6f6f6;padding:1em;font-size:11px;overflow:auto}.none{color:#888}")  # fmt: skip
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>stackcurate report</title><style>{style}</style>"
+            f"</head><body>{''.join(parts)}</body></html>\n")  # fmt: skip
+
+
+# ---- the dataset card --------------------------------------------------------------------------------------
+
+
+def _size_category(n: int) -> str:
+    for limit, name in SIZES:
+        if n < limit:
+            return name
+    return "n>1T"
+
+
+def card(summary: dict[str, Any]) -> str:
+    """A Hugging Face dataset card for the run's final Parquet files (paths relative to the output folder)."""
+    final = next((f for f in reversed(summary["funnel"]) if f["stage"] != "tokenize"), summary["funnel"][-1])
+    header = {
+        "license": "other",
+        "language": ["code"],
+        "size_categories": [_size_category(final["docs_out"])],
+        "task_categories": ["text-generation"],
+        "tags": ["code", "stackcurate"],
+        "configs": [
+            {"config_name": "default", "data_files": [{"split": "train", "path": f"{final['stage']}/*.parquet"}]}
+        ],
+    }
+    steps = "\n".join(f"- **{f['stage']}**: {f['docs_in']:,} files in, {f['docs_out']:,} kept, {f['docs_removed']:,} "
+                      f"removed, {f['docs_error']:,} errors" for f in summary["funnel"])  # fmt: skip
+    reasons = "\n".join(f"- {r['stage']} / {r['reason']}: {r['docs']:,} files" for r in summary["removed_by_reason"])
+    return (f"---\n{yaml.safe_dump(header, sort_keys=False)}---\n\n# A code dataset curated with stackcurate\n\n"
+            f"Files of source code, curated by the stages below (run {', '.join(summary['run']['run_ids'])}). The "
+            f"final rows are `{final['stage']}/*.parquet` of the output folder (copy this card to its top to publish "
+            f"it). Licenses vary by file: see each row's `license_type` and `detected_licenses`.\n\n"
+            f"## Curation steps\n\n"
+            f"{steps}\n\n## Removed, by reason\n\n{reasons or '- nothing'}\n\nVersions: "
+            + ", ".join(f"{k} {v}" for k, v in summary["run"]["versions"].items()) + "\n")  # fmt: skip
+
+
+def write_report(out: str | Path) -> Path:
+    """Write `OUT/report/` (summary.json, index.html, README.md); its folder."""
+    summary = summarize(out)
+    folder = Path(out) / REPORT_DIR
+    folder.mkdir(exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    (folder / "index.html").write_text(page(summary))
+    (folder / "README.md").write_text(card(summary))
+    return folder
