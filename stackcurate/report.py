@@ -40,6 +40,8 @@ LANGUAGES_SQL = """select stage, language, sum(value) filter (metric = 'docs_out
 RUNS_SQL = "select distinct run_id from stats order by run_id"
 DEDUP_SQL = """select reason as size, sum(value)::bigint as clusters from stats
     where stage = 'dedup_clusters' and metric = 'clusters' group by all order by clusters desc"""
+DECONTAMINATION_SQL = """select reason, detail, count(*) as files from decontaminate_removed
+    group by all order by files desc, detail limit 50"""
 PII_SQL = """select metric, reason as entity, sum(value)::bigint as spans from stats
     where stage = 'pii' and metric like 'spans_%' group by all order by metric, spans desc"""
 SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
@@ -107,6 +109,8 @@ def summarize(out: str | Path) -> dict[str, Any]:
         "dedup": _rows(con, DEDUP_SQL) if "dedup_clusters" in totals else [],
         "pii": _rows(con, PII_SQL) if "pii" in totals else [],
         "licenses": _licenses(con, views, stages),
+        "dedup_largest": _largest_clusters(con, views, stages),
+        "decontamination": _rows(con, DECONTAMINATION_SQL) if "decontaminate_removed" in views else [],
         "config": {s: _config(out / s) for s in stages},
     }
     return summary
@@ -118,6 +122,23 @@ def _part_of(stage: str) -> str:
 
 def _columns(con: Any, view: str) -> set[str]:
     return {r[0] for r in con.sql(f'describe "{view}"').fetchall()}
+
+
+def _largest_clusters(con: Any, views: list[str], stages: list[str]) -> list[dict[str, Any]]:
+    """The largest dedup clusters with the file kept for each (from the first later stage that wrote rows)."""
+    after = stages[stages.index("dedup") + 1 :] if "dedup" in stages else []
+    keeper = next((s for s in ["dedup", *after] if s in views and "path" in _columns(con, s)), None)
+    if "dedup_clusters" not in views or keeper is None:
+        return []
+    repo = "k.repo_name" if "repo_name" in _columns(con, keeper) else "null"
+    return _rows(
+        con,
+        f"""select c.cluster_id, any_value(c.cluster_size) as size,
+        count(*) filter (reason = 'exact_duplicate') as exact, count(*) filter (reason = 'near_duplicate') as near,
+        any_value(k.path) as kept_path, any_value({repo}) as kept_repo
+        from dedup_clusters c left join "{keeper}" k on k.doc_id = c.kept_doc_id
+        group by c.cluster_id order by size desc, c.cluster_id limit {TOP}""",
+    )
 
 
 def _licenses(con: Any, views: list[str], stages: list[str]) -> list[dict[str, Any]]:
@@ -211,6 +232,11 @@ def page(summary: dict[str, Any]) -> str:
         parts.append(
             "<h2>5. Dedup</h2>" + _bars("Clusters by size", [(r["size"], r["clusters"]) for r in summary["dedup"]])
         )
+    if summary["dedup_largest"]:
+        columns = ["cluster_id", "size", "exact", "near", "kept_path", "kept_repo"]
+        parts.append(
+            "<h3>The largest clusters and the file each kept</h3>" + _table(summary["dedup_largest"], columns)
+        )
     if summary["licenses"]:
         types = [(r["license_type"], r["docs"]) for r in summary["licenses"]]
         parts.append("<h2>6. Licenses</h2>" + _bars("Files by license type", types))
@@ -218,6 +244,10 @@ def page(summary: dict[str, Any]) -> str:
         redacted = [(r["entity"], r["spans"]) for r in summary["pii"] if r["metric"] == "spans_redacted"]
         parts.append("<h2>7. PII</h2>" + _bars("Spans redacted by entity", redacted)
                      + _table(summary["pii"], ["metric", "entity", "spans"]))  # fmt: skip
+    if summary["decontamination"]:
+        hits = [(r["detail"] or r["reason"], r["files"]) for r in summary["decontamination"]]
+        parts.append("<h2>8. Decontamination</h2>" + _bars("Files removed by benchmark and task", hits)
+                     + _table(summary["decontamination"], ["reason", "detail", "files"]))  # fmt: skip
     if summary["errors_by_reason"]:
         parts.append("<h2>9. Errors</h2>" + _table(summary["errors_by_reason"], ["stage", "reason", "docs"]))
     parts.append("<h2>10. Configuration and versions</h2><pre>"

