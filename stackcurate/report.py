@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from stackcurate.core.errors import StackcurateError
@@ -46,6 +47,7 @@ PII_SQL = """select metric, reason as entity, sum(value)::bigint as spans from s
     where stage = 'pii' and metric like 'spans_%' group by all order by metric, spans desc"""
 SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
          (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))  # fmt: skip
+HISTOGRAM_BINS = 30
 LIBRARIES = ("stackcurate", "pyarrow", "duckdb", "ray", "obstore", "tokenizers", "presidio-analyzer", "torch")
 
 
@@ -112,6 +114,7 @@ def summarize(out: str | Path) -> dict[str, Any]:
         "dedup_largest": _largest_clusters(con, views, stages),
         "decontamination": _rows(con, DECONTAMINATION_SQL) if "decontaminate_removed" in views else [],
         "config": {s: _config(out / s) for s in stages},
+        "filter_scores": _filter_scores(con, views, stages, out),
     }
     return summary
 
@@ -122,6 +125,37 @@ def _part_of(stage: str) -> str:
 
 def _columns(con: Any, view: str) -> set[str]:
     return {r[0] for r in con.sql(f'describe "{view}"').fetchall()}
+
+
+def _filter_scores(con: Any, views: list[str], stages: list[str], out: Path) -> list[dict[str, Any]]:
+    """For each filter rule with a number: its score's histogram over the files filter saw (its removed rows
+    and the kept rows of the first later stage that wrote them) and the threshold."""
+    config = _config(out / "filter")
+    written = [s for s in stages[stages.index("filter") :] if s in views] if "filter" in stages else []
+    kept = next((s for s in written if s != "filter" or not (out / "filter" / "_FUSED").exists()), None)
+    if config is None or kept is None:
+        return []
+    from stackcurate.stages.filter import parse_overrides
+    from stackcurate.stages.filter.rules import load_rule_set
+
+    settings = config["config"]
+    rules = load_rule_set(settings["rules"], parse_overrides(tuple(settings.get("overrides") or ())))
+    sources = [kept] + (["filter_removed"] if "filter_removed" in views else [])
+    found = []
+    for rule in rules.rules:
+        if not rule.enabled or not isinstance(rule.value, int | float) or rule.op not in ("<", "<=", ">", ">="):
+            continue
+        if not all(rule.score in _columns(con, v) for v in sources):
+            continue
+        union = " union all ".join(f'select "{rule.score}"::double as v from "{v}"' for v in sources)
+        values = np.array([r[0] for r in con.sql(f"select v from ({union}) where isfinite(v)").fetchall()])
+        if not len(values):
+            continue
+        lo, hi = min(np.quantile(values, 0.01), rule.value), max(np.quantile(values, 0.99), rule.value)
+        counts, edges = np.histogram(np.clip(values, lo, hi), bins=HISTOGRAM_BINS, range=(lo, hi or 1.0))
+        found.append({"rule": rule.name, "score": rule.score, "op": rule.op, "threshold": float(rule.value),
+                      "files": int(len(values)), "counts": counts.tolist(), "edges": edges.tolist()})  # fmt: skip
+    return found
 
 
 def _largest_clusters(con: Any, views: list[str], stages: list[str]) -> list[dict[str, Any]]:
@@ -185,6 +219,23 @@ def _bars(title: str, items: list[tuple[str, float]], unit: str = "") -> str:
     return f"<h3>{html.escape(title)}</h3>{svg}"
 
 
+def _histogram(score: dict[str, Any]) -> str:
+    """One score's histogram as inline SVG, with its threshold as a red line (values past the 1st and 99th
+    percentiles are drawn in the edge bins)."""
+    counts, edges = score["counts"], score["edges"]
+    width, height, top = 560, 120, max(max(counts), 1)
+    lo, hi = edges[0], edges[-1]
+    step = width / len(counts)
+    marks = [f'<rect x="{i * step:.1f}" y="{height - height * c / top:.1f}" width="{step - 1:.1f}" '
+             f'height="{height * c / top:.1f}" fill="#4878a8"/>' for i, c in enumerate(counts) if c]  # fmt: skip
+    x = width * (score["threshold"] - lo) / ((hi - lo) or 1.0)
+    marks.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{height}" stroke="#c0392b" stroke-width="2"/>')
+    title = (f"{score['rule']}: {score['score']} {score['op']} {score['threshold']:g} removes "
+             f"({score['files']:,} files, {lo:.3g} to {hi:.3g})")  # fmt: skip
+    svg = f'<svg class=chart width="{width}" height="{height}">{"".join(marks)}</svg>'
+    return f"<h3>{html.escape(title)}</h3>{svg}"
+
+
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
@@ -228,6 +279,9 @@ def page(summary: dict[str, Any]) -> str:
         if rows:
             parts.append(_bars(f"{stage}: files removed by reason", [(r["reason"], r["docs"]) for r in rows]))
             parts.append(_table(summary["examples"].get(stage, []), ["reason", "path", "repo_name", "detail"]))
+    if summary["filter_scores"]:
+        parts.append("<h2>4. Filter scores and their thresholds</h2>")
+        parts += [_histogram(score) for score in summary["filter_scores"]]
     if summary["dedup"]:
         parts.append(
             "<h2>5. Dedup</h2>" + _bars("Clusters by size", [(r["size"], r["clusters"]) for r in summary["dedup"]])

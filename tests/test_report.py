@@ -124,3 +124,15 @@ def test_dedup_s_largest_clusters_and_decontamination_hits_by_task(tmp_path):
     }
     page = (out / "report" / "index.html").read_text()
     assert "<h2>8. Decontamination</h2>" in page and "HumanEval/0 canonical_solution" in page
+
+
+def test_each_filter_score_is_a_histogram_of_the_files_filter_saw_with_its_threshold(run):
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    seen = next(f["docs_in"] for f in summary["funnel"] if f["stage"] == "filter")
+    scores = {s["rule"]: s for s in summary["filter_scores"]}
+    assert scores and all(sum(s["counts"]) == s["files"] for s in scores.values())
+    line = scores["max_line_length"]
+    assert 0 < line["files"] <= seen and line["score"] == "max_line_length" and line["op"] == ">"
+    assert line["edges"][0] <= line["threshold"] <= line["edges"][-1]
+    page = (run / "report" / "index.html").read_text()
+    assert page.count('stroke="#c0392b"') == len(scores)  # a threshold line on every histogram
