@@ -43,6 +43,12 @@ DEDUP_SQL = """select reason as size, sum(value)::bigint as clusters from stats
     where stage = 'dedup_clusters' and metric = 'clusters' group by all order by clusters desc"""
 DECONTAMINATION_SQL = """select reason, detail, count(*) as files from decontaminate_removed
     group by all order by files desc, detail limit 50"""
+PII_DETECTORS_SQL = """select s.entity, s.detector, count(*) as spans, count(distinct doc_id) as files,
+    count(*) filter (s.replacement is not null) as replaced from (select doc_id, unnest(pii_spans) as s from pii)
+    group by all order by spans desc"""
+PII_EXAMPLES_SQL = """select entity, detector, replacement, path from (select *, row_number() over
+    (partition by entity order by path, start) n from (select path, s.entity, s.detector, s.replacement, s.start
+    from (select path, unnest(pii_spans) as s from pii))) where n <= 3 order by entity, path"""
 PII_SQL = """select metric, reason as entity, sum(value)::bigint as spans from stats
     where stage = 'pii' and metric like 'spans_%' group by all order by metric, spans desc"""
 SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
@@ -93,6 +99,7 @@ def summarize(out: str | Path) -> dict[str, Any]:
                                          f"{path}) n from \"{stage}_removed\") where n <= {EXAMPLES} "
                                          "order by reason, path")  # fmt: skip
     languages = _rows(con, LANGUAGES_SQL)
+    spans = "pii" in views and "pii_spans" in _columns(con, "pii")
     summary = {
         "run": {
             "out": str(out),
@@ -111,6 +118,9 @@ def summarize(out: str | Path) -> dict[str, Any]:
         "dedup": _rows(con, DEDUP_SQL) if "dedup_clusters" in totals else [],
         "pii": _rows(con, PII_SQL) if "pii" in totals else [],
         "licenses": _licenses(con, views, stages),
+        "license_ids": _license_ids(con, views, stages),
+        "pii_detectors": _rows(con, PII_DETECTORS_SQL) if spans else [],
+        "pii_examples": _rows(con, PII_EXAMPLES_SQL) if spans else [],
         "dedup_largest": _largest_clusters(con, views, stages),
         "decontamination": _rows(con, DECONTAMINATION_SQL) if "decontaminate_removed" in views else [],
         "config": {s: _config(out / s) for s in stages},
@@ -172,6 +182,18 @@ def _largest_clusters(con: Any, views: list[str], stages: list[str]) -> list[dic
         any_value(k.path) as kept_path, any_value({repo}) as kept_repo
         from dedup_clusters c left join "{keeper}" k on k.doc_id = c.kept_doc_id
         group by c.cluster_id order by size desc, c.cluster_id limit {TOP}""",
+    )
+
+
+def _license_ids(con: Any, views: list[str], stages: list[str]) -> list[dict[str, Any]]:
+    """The licenses detected in the final rows' repositories, the most frequent first."""
+    final = next((s for s in reversed(stages) if s in views and "detected_licenses" in _columns(con, s)), None)
+    if final is None:
+        return []
+    return _rows(
+        con,
+        f"""select license, count(*) as files from (select unnest(detected_licenses) as license
+        from "{final}") group by all order by files desc, license limit {TOP}""",
     )
 
 
@@ -293,11 +315,16 @@ def page(summary: dict[str, Any]) -> str:
         )
     if summary["licenses"]:
         types = [(r["license_type"], r["docs"]) for r in summary["licenses"]]
-        parts.append("<h2>6. Licenses</h2>" + _bars("Files by license type", types))
+        ids = [(r["license"], r["files"]) for r in summary["license_ids"]]
+        parts.append("<h2>6. Licenses</h2>" + _bars("Files by license type", types)
+                     + (_bars("Files by detected license", ids) if ids else ""))  # fmt: skip
     if summary["pii"]:
         redacted = [(r["entity"], r["spans"]) for r in summary["pii"] if r["metric"] == "spans_redacted"]
         parts.append("<h2>7. PII</h2>" + _bars("Spans redacted by entity", redacted)
-                     + _table(summary["pii"], ["metric", "entity", "spans"]))  # fmt: skip
+                     + _table(summary["pii"], ["metric", "entity", "spans"])
+                     + _table(summary["pii_detectors"], ["entity", "detector", "spans", "files", "replaced"])
+                     + "<h3>Examples (the replacement written; the text is not shown)</h3>"
+                     + _table(summary["pii_examples"], ["entity", "detector", "replacement", "path"]))  # fmt: skip
     if summary["decontamination"]:
         hits = [(r["detail"] or r["reason"], r["files"]) for r in summary["decontamination"]]
         parts.append("<h2>8. Decontamination</h2>" + _bars("Files removed by benchmark and task", hits)

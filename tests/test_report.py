@@ -136,3 +136,27 @@ def test_each_filter_score_is_a_histogram_of_the_files_filter_saw_with_its_thres
     assert line["edges"][0] <= line["threshold"] <= line["edges"][-1]
     page = (run / "report" / "index.html").read_text()
     assert page.count('stroke="#c0392b"') == len(scores)  # a threshold line on every histogram
+
+
+def test_pii_spans_by_entity_and_detector_with_examples_that_show_the_replacement_only(tmp_path):
+    pytest.importorskip("presidio_analyzer")
+    import pyarrow.parquet as pq
+    from helpers import make_table
+
+    records = tmp_path / "records"
+    records.mkdir()
+    mail = "maintainer.person@example-corp.org"
+    pq.write_table(make_table([("/setup.py", f"# contact: {mail}\nimport os\n"), ("/a.py", "x = 1\n")]),
+                   records / "00000.parquet")  # fmt: skip
+    out = tmp_path / "out"
+    argv = ["pii", "--input", str(records), "--out", str(out), "--model", "none", "--runner", "local", "--no-progress"]
+    assert main(argv) == 0
+    assert main(["report", str(out)]) == 0
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    assert {(r["entity"], r["detector"], r["files"]) for r in summary["pii_detectors"]} == {
+        ("EMAIL", "pattern:email", 1)
+    }
+    assert summary["pii_examples"] == [
+        {"entity": "EMAIL", "detector": "pattern:email", "replacement": "<EMAIL>", "path": "/setup.py"}
+    ]
+    assert mail not in (out / "report" / "index.html").read_text() + (out / "report" / "summary.json").read_text()
