@@ -69,6 +69,8 @@ import pyarrow.orc as orc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pipeline_e2e import process_tree  # noqa: E402  (this folder's whole-pipeline benchmark)
+
 from stackcurate.stages.graph import mini  # noqa: E402  (the export's schemas)
 
 MAX_DEPTH = 12  # deepest directory of a generated tree (the root is depth 0)
@@ -363,22 +365,9 @@ class TreeMonitor:
     peak_rss_total: int = 0
     samples: int = 0
 
-    def tree(self) -> list[psutil.Process]:
-        """The root and its descendants now, plus every process seen before that still runs (reparented)."""
-        try:
-            found = [self.root, *self.root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            found = []
-        for proc in found:
-            try:
-                self.procs.setdefault((proc.pid, proc.create_time()), proc)
-            except psutil.NoSuchProcess:
-                pass
-        return [proc for proc in self.procs.values() if proc.is_running()]
-
     def sample(self) -> None:
         total = 0
-        for proc in self.tree():
+        for proc in process_tree(self.root, self.procs):
             try:
                 with proc.oneshot():
                     key = (proc.pid, proc.create_time())

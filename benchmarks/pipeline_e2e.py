@@ -184,6 +184,21 @@ class StageSpan:
         return {"wall_s": round(end - self.start, 2), "peak_rss_total_mb": round(self.peak_rss_total / MB, 1)}
 
 
+def process_tree(root: psutil.Process, seen: dict[tuple[int, float], psutil.Process]) -> list[psutil.Process]:
+    """`root` and its descendants now, plus every process in `seen` (updated) that still runs: a worker
+    reparented away from the tree still counts."""
+    try:
+        found = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        found = []
+    for proc in found:
+        try:
+            seen.setdefault((proc.pid, proc.create_time()), proc)
+        except psutil.NoSuchProcess:
+            pass
+    return [proc for proc in seen.values() if proc.is_running()]
+
+
 @dataclass
 class TreeMonitor:
     """Samples the process tree of `root` and attributes each sample to the stage running in `out`."""
@@ -204,23 +219,10 @@ class TreeMonitor:
     def __post_init__(self) -> None:
         self.spans = {stage: StageSpan() for stage in (*self.stages, EXIT)}
 
-    def tree(self) -> list[psutil.Process]:
-        """The root and its descendants now, plus every process seen before that still runs (reparented)."""
-        try:
-            found = [self.root, *self.root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            found = []
-        for proc in found:
-            try:
-                self.procs.setdefault((proc.pid, proc.create_time()), proc)
-            except psutil.NoSuchProcess:
-                pass
-        return [proc for proc in self.procs.values() if proc.is_running()]
-
     def sample(self) -> None:
         now = time.perf_counter() - self.started
         total, largest, largest_name = 0, 0, ""
-        for proc in self.tree():
+        for proc in process_tree(self.root, self.procs):
             try:
                 with proc.oneshot():
                     key = (proc.pid, proc.create_time())

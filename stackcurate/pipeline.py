@@ -425,20 +425,21 @@ def run_pipeline(
         names = [spec.name for spec, _ in pipeline.stages]
         io.write_bytes_atomic(fs, io.join(root, PIPELINE_FILE), json.dumps({"stages": names}).encode())
     results: list[StageResult] = []
-    previous: str | None = None
+    previous: str | None = None  # the last stage run
     executor = opts.executor()
     try:
         for group in plan_groups(pipeline.stages):
             first = group[0][0]
+            previous_uri = io.join(pipeline.out, previous) if previous else None
             if first.reads_records:
-                input_uri = previous or default_input(pipeline.out, first.name)
+                input_uri = previous_uri or default_input(pipeline.out, first.name)
             else:  # a source stage reads the stage before it only if it follows that one (ingest after graph)
-                input_uri = previous if previous and first.follows == previous.rsplit("/", 1)[-1] else None
+                input_uri = previous_uri if first.follows is not None and first.follows == previous else None
             for result in _run_group(group, pipeline.out, opts, input_uri, executor, pipeline.keep):
                 results.append(result)
                 if report is not None:
                     report(result)
-            previous = io.join(pipeline.out, group[-1][0].name)
+            previous = group[-1][0].name
     finally:
         executor.close()
     return results

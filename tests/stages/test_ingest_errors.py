@@ -227,16 +227,24 @@ def test_store_down_is_not_recorded_as_done_and_a_rerun_finishes(tmp_path, monke
     assert sorted(kept.column("path").to_pylist()) == sorted([p for p, _ in FILES] + ["/local.py"])
 
 
-def test_throttling_and_server_errors_are_retried(tmp_path, s3_endpoint):
+def _through_proxy(tmp_path: Path, s3_endpoint: str, **faults: object) -> tuple[StageResult, StoreProxy]:
+    """Ingest the files once straight from the store (`direct`), then through a proxy with `faults` set and 4
+    retries (`out`): the result of the second run, and the proxy."""
     root = stack_v2_layout(tmp_path / "sv2", FILES)
     store = _new_store()
     _upload(s3_endpoint, root, store)
     values = {"metadata": [str(root / "metadata/*.parquet")], "content": store, "rows_per_shard": 2}
     _run(tmp_path / "direct", s3_endpoint=s3_endpoint, **values)
     with StoreProxy(s3_endpoint) as proxy:
-        # 4 failed requests in a row: even if all fall on one read, its 4 retries outlast them.
-        proxy.first_statuses = [503, 429, 500, 502]
+        for name, value in faults.items():
+            setattr(proxy, name, value)
         result = _run(tmp_path / "out", s3_endpoint=proxy.endpoint, fetch_retries=4, fetch_backoff=0.05, **values)
+    return result, proxy
+
+
+def test_throttling_and_server_errors_are_retried(tmp_path, s3_endpoint):
+    # 4 failed requests in a row: even if all fall on one read, its 4 retries outlast them.
+    result, proxy = _through_proxy(tmp_path, s3_endpoint, first_statuses=[503, 429, 500, 502])
     assert proxy.answered == {503: 1, 429: 1, 500: 1, 502: 1}
     assert (result.shards_run, result.docs_out, result.errors) == (3, 5, 0)
     assert (tmp_path / "out/ingest/_SUCCESS").exists()
@@ -244,14 +252,7 @@ def test_throttling_and_server_errors_are_retried(tmp_path, s3_endpoint):
 
 
 def test_objects_cut_off_mid_body_are_read_again_and_nothing_is_lost(tmp_path, s3_endpoint):
-    root = stack_v2_layout(tmp_path / "sv2", FILES)
-    store = _new_store()
-    _upload(s3_endpoint, root, store)
-    values = {"metadata": [str(root / "metadata/*.parquet")], "content": store, "rows_per_shard": 2}
-    _run(tmp_path / "direct", s3_endpoint=s3_endpoint, **values)
-    with StoreProxy(s3_endpoint) as proxy:
-        proxy.cut_first = 3  # even if all fall on one read, its 4 retries outlast them
-        result = _run(tmp_path / "out", s3_endpoint=proxy.endpoint, fetch_retries=4, fetch_backoff=0.05, **values)
+    result, proxy = _through_proxy(tmp_path, s3_endpoint, cut_first=3)  # fewer than the 4 retries of a read
     assert proxy.answered == {"cut": 3}
     assert (result.shards_run, result.docs_out, result.errors) == (3, 5, 0)
     assert _outputs(tmp_path / "out") == _outputs(tmp_path / "direct"), "no truncated bytes reached the output"

@@ -290,8 +290,3 @@ class GraphStage:
             removed=table.filter(removed),
             stats={("name_not_utf8", None, None): float(not_utf8)} if not_utf8 else None,
         )
-
-
-def metadata_of(input_uri: str) -> str:
-    """The metadata glob ingest reads after graph."""
-    return io.join(input_uri, "*.parquet")

@@ -306,7 +306,7 @@ def level_task(walk: Walk, depth: int, part: int) -> dict[str, Any]:
                 files.append((okey, path, dir_id, target, "symlink", None))
             else:
                 files.append((okey, path, dir_id, target, None, None))
-    _write_files(walk, f"files-{depth}", part, files)
+    _write_files(walk, depth, part, files)
     table = pa.table({"okey": [b[0] for b in below], "dir_id": [b[1] for b in below],
                       "prefix": [b[2] for b in below]}, schema=FRONTIER)  # fmt: skip
     _write(walk, f"level-{depth + 1}", part, table, _hex_part(table.column("dir_id").to_pylist(), walk.partitions))
@@ -315,13 +315,14 @@ def level_task(walk: Walk, depth: int, part: int) -> dict[str, Any]:
             "missing_directories": missing}  # fmt: skip
 
 
-def _write_files(walk: Walk, folder: str, writer: int, rows: list[tuple[Any, ...]]) -> None:
+def _write_files(walk: Walk, depth: int, part: int, rows: list[tuple[Any, ...]]) -> None:
+    """A round's files into `files`, one writer per (depth, partition)."""
     table = pa.table({n: [r[i] for r in rows] for i, n in enumerate(FILES.names)}, schema=FILES)
     content = table.column("content_id").to_pylist()
     # by content id (the next join); removed rows with no content go with the rest of their origin's
     parts = _hex_part([c or f"{k:015x}" for c, k in zip(content, table.column("okey").to_pylist(), strict=True)],
                       walk.partitions)  # fmt: skip
-    _write(walk, "files", int(folder.split("-")[1]) * walk.partitions + writer, table, parts)
+    _write(walk, "files", depth * walk.partitions + part, table, parts)
 
 
 # ---- contents, and the files of each origin ----------------------------------------------------------------
