@@ -108,11 +108,13 @@ def eval_rows(data: str | None, examples: int = EVAL_EXAMPLES, seed: int = EVAL_
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", help="Parquet written by pii_model.generate (default: generate the eval split)")
+    parser.add_argument("--data", help="Parquet of labelled examples (default: generate the eval split)")
     parser.add_argument("--examples", type=int, default=EVAL_EXAMPLES, help="examples to generate without --data")
     parser.add_argument("--seed", type=int, default=EVAL_SEED, help="generator seed without --data")
     parser.add_argument("--model", default="auto", help="model folder (default: the model shipped with stackcurate)")
-    parser.add_argument("--detectors", nargs="+", choices=list(DETECTORS), help="default: all")
+    names = ", ".join(repr(d) for d in DETECTORS)
+    parser.add_argument("--detectors", nargs="+", choices=list(DETECTORS), metavar="NAME",
+                        help=f"detectors to compare, of: {names} (default: all)")  # fmt: skip
     parser.add_argument("--json", help="also write the table as JSON here")
 
 

@@ -40,6 +40,7 @@ from stackcurate.runners import Executor, make_executor
 from stackcurate.stages import STAGE_ORDER, StageSpec, get_stage
 
 PIPELINE_FILE = "_pipeline.json"  # in a run folder: the stages of the last `stackcurate run`, in order
+CONFIG_FILE = "_config.yaml"  # in a run folder: the resolved pipeline of the last `stackcurate run`
 FUSED_FILE = "_FUSED"  # in a stage folder whose kept rows were not written: it ran fused with the next stage
 
 
@@ -189,33 +190,29 @@ def _run_group(
     first, first_cfg = members[0]
     shards = first.plan(first_cfg, input_uri)
     dirs = [StageDir(out, spec.name) for spec, _ in members]
+    keep = _keep(members, opts, keep_stages)
+    requests = _fingerprints(members, [cfg for _, cfg in members], keep, shards, out)
     if opts.dry_run:
         kinds: dict[str, int] = {}
         for s in shards:
             kinds[s.kind] = kinds.get(s.kind, 0) + 1
         plan = [f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {d.uri}" for d in dirs]
+        plan.append(_status(dirs, requests, shards, opts))
         return [StageResult(spec.name, len(shards), 0, plan=plan) for spec, _ in members]
     executor.check_shared({"--out": out, **({"--input": input_uri} if input_uri is not None else {})})
     executor.take_busy()  # from here on, this group's
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     source = None if first.reads_records else members[0]  # a pass of a fused stage reads through ingest
-    ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, executor.map,
-                      partial(_run_pass, out, input_uri, shards, opts, executor, run_id, source))  # fmt: skip
+    ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, partial(_map, executor),
+                      partial(_run_pass, out, input_uri, shards, opts, executor, run_id, source),
+                      progress=opts.progress)  # fmt: skip
     cfgs = []
     for spec, cfg in members:
         cfgs.append(spec.prepare(cfg, ctx) if spec.prepare is not None else cfg)
-    last = len(members) - 1
-    keep = tuple(
-        opts.keep_intermediate or i == last or spec.name in keep_stages for i, (spec, _) in enumerate(members)
-    )
     done: set[int] | None = None
-    for i, ((spec, _), cfg, stage_dir) in enumerate(zip(members, cfgs, dirs, strict=True)):
-        settings: dict[str, Any] = output_settings(cfg)
-        if i:  # a fused stage's output also depends on every stage before it in the group
-            before = zip(members[:i], cfgs[:i], strict=True)
-            settings = {**settings, "fused_after": [[s.name, output_settings(c)] for (s, _), c in before]}
-            settings["kept_rows"] = keep[i]
-        finished = stage_dir.prepare(plan_fingerprint(spec.name, settings, shards, out=out), overwrite=opts.overwrite)
+    fingerprints = _fingerprints(members, cfgs, keep, shards, out)
+    for stage_dir, fingerprint, request in zip(dirs, fingerprints, requests, strict=True):
+        finished = stage_dir.prepare(fingerprint, overwrite=opts.overwrite, request=request)
         done = finished if done is None else done & finished
     assert done is not None
     pending = [s for s in shards if s.index not in done]
@@ -252,6 +249,63 @@ def _run_group(
         results.append(result)
     results[0].node_busy = executor.take_busy()  # the group's phases, shards and finishing tasks, by node
     return results
+
+
+def _map(executor: Executor, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str | None) -> list[Any]:
+    """`executor.map`, without its progress bar when `desc` is None (a round of a phase that shows one bar for all
+    its rounds, core/phases.Rounds)."""
+    if desc is not None:
+        return executor.map(fn, items, desc)
+    shown = getattr(executor, "progress", False)
+    setattr(executor, "progress", False)  # noqa: B010 (not part of the Executor protocol)
+    try:
+        return executor.map(fn, items, "")
+    finally:
+        setattr(executor, "progress", shown)  # noqa: B010
+
+
+def _keep(members: list[tuple[StageSpec, Any]], opts: RunOptions, keep_stages: frozenset[str]) -> tuple[bool, ...]:
+    """Which stages of a group write their kept rows: the last, and the others with `keep` or
+    --keep-intermediate."""
+    last = len(members) - 1
+    return tuple(
+        opts.keep_intermediate or i == last or spec.name in keep_stages for i, (spec, _) in enumerate(members)
+    )
+
+
+def _fingerprints(
+    members: list[tuple[StageSpec, Any]], cfgs: list[Any], keep: tuple[bool, ...], shards: list[Shard], out: str
+) -> list[str]:
+    """The plan fingerprint of each stage of a group run with `cfgs`: the configs as prepared give what the
+    output depends on; as given (before preparation), what was asked for (the request a dry run compares)."""
+    fingerprints = []
+    for i, ((spec, _), cfg) in enumerate(zip(members, cfgs, strict=True)):
+        settings: dict[str, Any] = output_settings(cfg)
+        if i:  # a fused stage's output also depends on every stage before it in the group
+            before = zip(members[:i], cfgs[:i], strict=True)
+            settings = {**settings, "fused_after": [[s.name, output_settings(c)] for (s, _), c in before]}
+            settings["kept_rows"] = keep[i]
+        fingerprints.append(plan_fingerprint(spec.name, settings, shards, out=out))
+    return fingerprints
+
+
+def _status(dirs: list[StageDir], requests: list[str], shards: list[Shard], opts: RunOptions) -> str:
+    """What a run of a group would do with the output already there (the dry run's answer): reuse it, resume
+    it, stop on it (another config or input), replace it (--overwrite) or run."""
+    present = [d for d in dirs if io.exists(d.fs, d.root)]
+    if opts.overwrite:
+        return "would run, replacing the output there (--overwrite)" if present else "would run"
+    if not present:
+        return "would run"
+    if any(d.request() is not None and d.request() != r for d, r in zip(dirs, requests, strict=True)):
+        return "holds output of a different input or config: a run would stop here; pass --overwrite to replace it"
+    if len(present) == len(dirs) and all(d.is_complete() for d in dirs):
+        if any(d.request() is None for d in dirs):  # written before requests were recorded
+            return "complete, would be reused if its input and config are unchanged (a run checks)"
+        return "complete, would be reused"
+    done = set.intersection(*(d.done_shards() for d in dirs)) if len(present) == len(dirs) else set()
+    finished = len(done & {s.index for s in shards})
+    return f"would resume: {finished} of {len(shards)} shards done" if finished else "would run"
 
 
 def _run_pending(
@@ -378,7 +432,8 @@ def load_pipeline(path: str | Path) -> Pipeline:
     for name, block in data["stages"].items():
         spec = get_stage(name)
         block = dict(block or {})
-        if block.pop("keep", False):
+        # `keep: true` writes the stage's kept rows; any other value is the config's own `keep` (license's types)
+        if isinstance(block.get("keep"), bool) and block.pop("keep"):
             keep.add(name)
         stages.append((spec, build_config(spec.config_cls, block, base_dir=base)))
     order = [STAGE_ORDER.index(spec.name) for spec, _ in stages]
@@ -413,28 +468,78 @@ def check_pipeline(pipeline: Pipeline) -> None:
         source = spec.name
 
 
+def resolved_config(pipeline: Pipeline, opts: RunOptions) -> dict[str, Any]:
+    """The pipeline as it runs, in the pipeline YAML's form (paths resolved, every setting, the run options but
+    --overwrite and --dry-run): what `OUT/_config.yaml` holds, and `stackcurate run` takes back."""
+    run = {k: v for k, v in dataclasses.asdict(opts).items() if k not in ("overwrite", "dry_run")}
+    stages = {}
+    for spec, cfg in pipeline.stages:
+        stages[spec.name] = to_dict(cfg)
+        if spec.name in pipeline.keep:  # (license's own `keep` takes the key: its `keep: true` is not kept here)
+            stages[spec.name].setdefault("keep", True)
+    return {"out": pipeline.out, "run": run, "stages": stages}
+
+
+def _group_input(out: str, first: StageSpec, previous: str | None) -> str | None:
+    """The input of a group whose first stage is `first`, after the group that ended with `previous`."""
+    previous_uri = io.join(out, previous) if previous else None
+    if first.reads_records:
+        return previous_uri or default_input(out, first.name)
+    # a source stage reads the stage before it only if it follows that one (ingest after graph)
+    return previous_uri if first.follows is not None and first.follows == previous else None
+
+
+def _success(uri: str) -> tuple[Any, str]:
+    fs, path = io.filesystem(uri)
+    return fs, io.join(path, "_SUCCESS")
+
+
+def dry_run(pipeline: Pipeline, opts: RunOptions) -> list[str]:
+    """Check every stage (its settings, files and columns) and say, per group, what a run would do: a line
+    `graph: complete, would be reused`, `dedup + pii (one pass per shard): would run`, ... Nothing is written."""
+    check_pipeline(pipeline)
+    lines = []
+    previous: str | None = None
+    for group in plan_groups(pipeline.stages):
+        names = " + ".join(spec.name for spec, _ in group) + (" (one pass per shard)" if len(group) > 1 else "")
+        input_uri = _group_input(pipeline.out, group[0][0], previous)
+        dirs = [StageDir(pipeline.out, spec.name) for spec, _ in group]
+        if not any(io.exists(d.fs, d.root) for d in dirs):
+            status = "would run"
+        elif input_uri is not None and not io.exists(*_success(input_uri)):
+            status = f"would run, after {previous}" if previous else f"would run, once {input_uri} is complete"
+        else:
+            first, first_cfg = group[0]
+            shards = first.plan(first_cfg, input_uri)
+            requests = _fingerprints(
+                group, [c for _, c in group], _keep(group, opts, pipeline.keep), shards, pipeline.out
+            )
+            status = _status(dirs, requests, shards, opts)
+        lines.append(f"{names}: {status}")
+        previous = group[-1][0].name
+    return lines
+
+
 def run_pipeline(
     pipeline: Pipeline, opts: RunOptions, report: Callable[[StageResult], None] | None = None
 ) -> list[StageResult]:
     """Run every stage of `pipeline` in fused groups (see the module docstring), on one executor: Ray starts
-    once and its workers serve every stage. `report` gets each stage's result as soon as it is committed."""
+    once and its workers serve every stage. `report` gets each stage's result as soon as it is committed.
+    The run's resolved config is saved as `OUT/_config.yaml` (each stage's, as it ran, in its folder)."""
     check_pipeline(pipeline)
     fs, root = io.filesystem(pipeline.out)
     if not opts.dry_run:
         fs.create_dir(root, recursive=True)
         names = [spec.name for spec, _ in pipeline.stages]
         io.write_bytes_atomic(fs, io.join(root, PIPELINE_FILE), json.dumps({"stages": names}).encode())
+        config = dump_yaml(resolved_config(pipeline, opts)).encode()
+        io.write_bytes_atomic(fs, io.join(root, CONFIG_FILE), config)
     results: list[StageResult] = []
     previous: str | None = None  # the last stage run
     executor = opts.executor()
     try:
         for group in plan_groups(pipeline.stages):
-            first = group[0][0]
-            previous_uri = io.join(pipeline.out, previous) if previous else None
-            if first.reads_records:
-                input_uri = previous_uri or default_input(pipeline.out, first.name)
-            else:  # a source stage reads the stage before it only if it follows that one (ingest after graph)
-                input_uri = previous_uri if first.follows is not None and first.follows == previous else None
+            input_uri = _group_input(pipeline.out, group[0][0], previous)
             for result in _run_group(group, pipeline.out, opts, input_uri, executor, pipeline.keep):
                 results.append(result)
                 if report is not None:

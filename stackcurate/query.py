@@ -1,17 +1,20 @@
 """DuckDB over an output folder: one view per stage output.
 
 Views: `<stage>` (kept rows), `<stage>_removed`, `<stage>_errors`, `tokenize_documents` (where each document
-went in the Megatron shards), and `stats` (every stage's counters).
+went in the Megatron shards), and `stats` (every stage's counters). :func:`stage_totals` and
+:func:`stage_reasons` sum the counters per stage for `stackcurate stats`.
 
 Example:
     stackcurate query work/demo "select language, count(*) n from pii group by 1 order by n desc"
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from stackcurate.core.errors import StackcurateError
+from stackcurate.stages import STAGE_ORDER
 
 
 def _sql_str(value: str) -> str:
@@ -53,3 +56,79 @@ def run_query(out: str | Path, sql: str) -> duckdb.DuckDBPyRelation | None:
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0]
         raise StackcurateError(f"query failed: {first} (views: {', '.join(views)})") from None
+
+
+@dataclass(frozen=True)
+class StageTotals:
+    """One stage's counters summed over its shards (`stackcurate stats`): documents, bytes (`length_bytes` of
+    the rows), and the counts only some stages have (tokens: tokenize; PII spans: pii)."""
+
+    stage: str
+    docs_in: int = 0
+    docs_out: int = 0
+    docs_removed: int = 0
+    docs_error: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    tokens: int = 0
+    pii_redacted: int = 0  # spans replaced in the text
+    pii_detected_only: int = 0  # spans recorded, left in the text (types detected but not in `redact`)
+
+    @property
+    def share_kept(self) -> float | None:
+        """The share of the input neither removed nor an error (format groups files into fewer documents, so
+        this is not docs_out / docs_in); None without input."""
+        if not self.docs_in:
+            return None
+        return max(0.0, 1.0 - (self.docs_removed + self.docs_error) / self.docs_in)
+
+
+_TOTALS_SQL = "select stage, metric, sum(value) as value from stats group by all"
+_REASONS_SQL = """select stage, metric, reason, sum(value) as value from stats
+where reason is not null and metric in ('docs_removed', 'docs_error', 'bytes_removed', 'bytes_error')
+group by all"""
+_FIELDS = {
+    "docs_in": "docs_in", "docs_out": "docs_out", "docs_removed": "docs_removed", "docs_error": "docs_error",
+    "bytes_in": "bytes_in", "bytes_out": "bytes_out", "tokens": "tokens", "spans_redacted": "pii_redacted",
+    "spans_detected_only": "pii_detected_only",
+}  # fmt: skip
+
+
+def _stats(out: str | Path, sql: str) -> list[tuple]:
+    con, views = connect(out)
+    if "stats" not in views:
+        raise StackcurateError(f"{out} has no stats yet; run a stage with --out {out} first")
+    return con.sql(sql).fetchall()
+
+
+def stage_totals(out: str | Path) -> list[StageTotals]:
+    """Each stage's totals, in pipeline order. Folders of a stage's own passes (license_scan, dedup_clusters,
+    graph_walk, ...) are not stages: their counters are not listed."""
+    totals: dict[str, dict[str, int]] = {}
+    for stage, metric, value in _stats(out, _TOTALS_SQL):
+        if stage in STAGE_ORDER and metric in _FIELDS:
+            totals.setdefault(stage, {})[_FIELDS[metric]] = int(value)
+    return [StageTotals(stage, **totals[stage]) for stage in STAGE_ORDER if stage in totals]
+
+
+@dataclass(frozen=True)
+class Reason:
+    """The documents (and their bytes) one stage removed, or failed on, for one reason."""
+
+    stage: str
+    kind: str  # removed | error
+    reason: str
+    docs: int
+    bytes: int
+
+
+def stage_reasons(out: str | Path) -> list[Reason]:
+    """Why documents left each stage: removed and error rows by reason; stages in pipeline order, the most
+    frequent reason first."""
+    counts: dict[tuple[str, str, str], dict[str, int]] = {}
+    for stage, metric, reason, value in _stats(out, _REASONS_SQL):
+        if stage in STAGE_ORDER:
+            unit, kind = metric.split("_", 1)
+            counts.setdefault((stage, kind, reason), {})[unit] = int(value)
+    rows = [Reason(s, k, r, c.get("docs", 0), c.get("bytes", 0)) for (s, k, r), c in counts.items()]
+    return sorted(rows, key=lambda r: (STAGE_ORDER.index(r.stage), r.kind != "removed", -r.docs, r.reason))

@@ -1,13 +1,25 @@
-"""The CLI as a user meets it: one-line errors, dry runs, queries, config files."""
+"""The CLI as a user meets it: one-line errors, dry runs, queries, config files, help texts, stats."""
 
+import importlib.metadata
 import json
+import os
+import re
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import make_table, stack_v2_layout
 
+import stackcurate
 from stackcurate.cli import main
+from stackcurate.core.schema import STATS_SCHEMA
+from stackcurate.stages import STAGE_ORDER, get_stage
+
+# The top-level --help, as a user sees it in a 100-column terminal. After a deliberate change, rewrite it with
+#   STACKCURATE_UPDATE_SNAPSHOTS=1 python -m pytest -q tests/test_cli.py -k snapshot
+# and review the diff of this file.
+HELP_SNAPSHOT = Path(__file__).parent / "snapshots" / "stackcurate_help.txt"
 
 FILES = [("/a.py", b"import os\n"), ("/b.md", b"# Title\n"), ("/c.bin", b"\x00\x01")]
 
@@ -90,7 +102,27 @@ def test_dry_run_writes_nothing(tmp_path, capsys):
     assert main(_ingest_argv(tmp_path, "--dry-run")) == 0
     captured = capsys.readouterr()
     assert "1 stack_v2 shard(s)" in captured.out and "max_bytes: 1000000" in captured.err
+    assert captured.out.splitlines()[-1] == "would run"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_stage_dry_run_after_its_run_says_it_is_complete(ingested, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(_ingest_argv(tmp_path, "--dry-run")) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "complete, would be reused"
+    assert main(_ingest_argv(tmp_path, "--dry-run", "--max-bytes", "5")) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("holds output of a different input or config")
+
+
+def test_the_config_is_printed_only_with_verbose_and_always_saved(tmp_path, capsys):
+    assert main(_ingest_argv(tmp_path, "--runner", "local", "--no-progress")) == 0
+    assert "max_bytes" not in capsys.readouterr().err
+    assert "max_bytes: 1000000" in (tmp_path / "out" / "ingest" / "_config.yaml").read_text()
+    for verbose in (["-v"], []):  # before the command, or after it
+        argv = _ingest_argv(tmp_path, "--runner", "local", "--no-progress")
+        argv = [*verbose, *argv] if verbose else [*argv, "--verbose"]
+        assert main(argv) == 0
+        assert "max_bytes: 1000000" in capsys.readouterr().err
 
 
 def test_query_views_and_formats(ingested, capsys):
@@ -113,8 +145,11 @@ def test_query_errors_are_one_line(ingested, tmp_path, capsys):
 def test_stats_counts_add_up(ingested, capsys):
     capsys.readouterr()
     assert main(["stats", str(ingested)]) == 0
-    out = capsys.readouterr().out
-    assert "docs_in" in out and "binary" in out
+    table, reasons = capsys.readouterr().out.split("\n\n")
+    # /a.py and /b.md kept (18 bytes), /c.bin removed: 2 of 3 kept
+    assert table.splitlines()[1].split() == ["ingest", "3", "2", "1", "0", "66.7", "20", "B", "18", "B"]
+    assert reasons.splitlines()[-1].split() == ["ingest", "removed", "binary", "1", "2", "B"]
+    assert "removed and errors, by reason:" in reasons
     from stackcurate.query import run_query
 
     rows = dict(run_query(ingested, "select metric, sum(value) from stats where stage='ingest' group by 1").fetchall())
@@ -167,13 +202,137 @@ def test_dry_run_checks_every_stage_and_prints_the_fused_groups(tmp_path, capsys
     root = Path(__file__).resolve().parents[1]
     assert main(["run", str(root / "pipelines" / "demo.yaml"), "--dry-run", "--out", str(tmp_path / "o")]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "graph",
-        "ingest + license + language + filter + decontaminate: one pass per shard",
-        "dedup + pii: one pass per shard",
-        "format",
-        "tokenize",
+        "graph: would run",
+        "ingest + license + language + filter + decontaminate (one pass per shard): would run",
+        "dedup + pii (one pass per shard): would run",
+        "format: would run",
+        "tokenize: would run",
     ]
     assert not (tmp_path / "o").exists()
     bad = tmp_path / "p.yaml"
     bad.write_text(f"out: o\nstages:\n  ingest: {{repos: [.]}}\n  filter: {{rules: {root}/filters/nope.yaml}}\n")
     assert "nope.yaml does not exist" in _one_line_error(capsys, ["run", str(bad), "--dry-run"])
+
+
+def _help(capsys, monkeypatch, argv: list[str]) -> str:
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps help to the terminal's width
+    with pytest.raises(SystemExit) as stop:
+        main([*argv, "--help"])
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_top_level_help_matches_its_snapshot(capsys, monkeypatch):
+    text = _help(capsys, monkeypatch, [])
+    if os.environ.get("STACKCURATE_UPDATE_SNAPSHOTS"):
+        HELP_SNAPSHOT.parent.mkdir(exist_ok=True)
+        HELP_SNAPSHOT.write_text(text)
+    assert text == HELP_SNAPSHOT.read_text(), (
+        f"`stackcurate --help` changed; if on purpose, update {HELP_SNAPSHOT.name} with "
+        "STACKCURATE_UPDATE_SNAPSHOTS=1 python -m pytest -q tests/test_cli.py -k snapshot"
+    )
+    assert text.splitlines()[2].startswith("Curate source code into training data")
+
+
+COMMANDS = [[name] for name in STAGE_ORDER] + [
+    ["run"], ["query"], ["report"], ["stats"], ["purge"], ["sample"], ["pii-model"], ["pii-model", "train"],
+    ["pii-model", "export"], ["pii-model", "eval"], ["tokenizer"], ["tokenizer", "train"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_help_is_written_for_users(capsys, monkeypatch, command):
+    """No markdown, no module or schema names, no default printed as None or twice."""
+    text = _help(capsys, monkeypatch, command)
+    for internal in ("**", "schema.", ".py", "Config options", "(default: None)", "(default: '')"):
+        assert internal not in text, internal
+    assert max(len(line) for line in text.splitlines()) <= 120  # descriptions are not wrapped by argparse
+    joined = " ".join(text.split())  # an option's help may wrap between its two defaults
+    assert not re.search(r"\(default[^)]*\) \(default:", joined)  # `(default: system temp) (default: ...)`
+    if command[0] in STAGE_ORDER:
+        assert " ".join(get_stage(command[0]).description.split()[:8]) in joined
+
+
+def test_a_default_the_help_explains_is_not_repeated(capsys, monkeypatch):
+    text = " ".join(_help(capsys, monkeypatch, ["ingest"]).split())
+    assert (
+        "--tmp-dir TMP_DIR scratch folder for unpacking git-bare bundles (default: system temp) --only-names" in text
+    )
+    assert "--max-bytes MAX_BYTES" in text and "(default: 1000000)" in text
+
+
+def test_version_is_the_package_version(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    version = capsys.readouterr().out.strip()
+    assert (
+        version
+        == f"stackcurate {stackcurate.__version__}"
+        == f"stackcurate {importlib.metadata.version('stackcurate')}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "prog", "message"),
+    [
+        (["ingest", "--repo", "x"], "stackcurate ingest", "unrecognized argument --repo; did you mean --repos?"),
+        (["ingest", "--out", "OUT", "--repos=x", "--max-byte", "3"], "stackcurate ingest",
+         "unrecognized argument --max-byte; did you mean --max-bytes?"),
+        (["run", "p.yaml", "--dry"], "stackcurate run", "unrecognized argument --dry; did you mean --dry-run?"),
+        (["pii-model", "eval", "--detector", "patterns"], "stackcurate pii-model eval",
+         "unrecognized argument --detector; did you mean --detectors?"),
+        (["ingset", "--out", "OUT"], "stackcurate", "unknown command 'ingset'; did you mean ingest?"),
+    ],
+)  # fmt: skip
+def test_an_unknown_or_abbreviated_flag_names_the_closest_one(tmp_path, capsys, argv, prog, message):
+    """Abbreviations are not taken (`--repo` for `--repos`); the error shows the command's own usage."""
+    argv = [str(tmp_path / "o") if a == "OUT" else a for a in argv]
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    usage, error = capsys.readouterr().err.splitlines()
+    assert usage.startswith(f"usage: {prog} ") and usage.endswith(f"({prog} --help lists the options)")
+    assert error == f"{prog}: error: {message}"
+    assert not (tmp_path / "o").exists()
+
+
+def _stats_rows(stage_dir: Path, rows: list[tuple[str, str | None, float]]) -> None:
+    """A stage folder holding only stats: `(metric, reason, value)` rows."""
+    (stage_dir / "stats").mkdir(parents=True)
+    (stage_dir / "_plan.json").write_text("{}")
+    table = pa.Table.from_pylist(
+        [{"run_id": "r", "stage": stage_dir.name, "shard": 0, "metric": m, "language": None, "reason": r,
+          "value": v, "unit": m.split("_")[0]} for m, r, v in rows],
+        schema=STATS_SCHEMA,
+    )  # fmt: skip
+    pq.write_table(table, stage_dir / "stats" / "00000.parquet")
+
+
+def test_stats_shows_tokens_pii_spans_and_bytes_in_pipeline_order(tmp_path, capsys):
+    out = tmp_path / "run"
+    _stats_rows(out / "tokenize", [("docs_in", None, 4), ("docs_out", None, 4), ("bytes_in", None, 2_500_000),
+                                   ("tokens", None, 1234)])  # fmt: skip
+    _stats_rows(out / "pii", [("docs_in", None, 4), ("docs_out", None, 4), ("bytes_in", None, 3000),
+                              ("bytes_out", None, 2900), ("spans_redacted", "EMAIL", 3),
+                              ("spans_detected_only", "USERNAME", 2), ("spans_spared", "EMAIL", 7)])  # fmt: skip
+    _stats_rows(out / "license_scan", [("docs_in", None, 9), ("docs_out", None, 1)])  # a pass of license's own
+    _stats_rows(out / "ingest", [("docs_in", None, 10), ("docs_out", None, 5), ("docs_removed", "binary", 4),
+                                 ("docs_error", "missing_blob", 1), ("bytes_in", None, 10_000),
+                                 ("bytes_out", None, 3000), ("bytes_removed", "binary", 7000)])  # fmt: skip
+    pq.write_table(make_table([("/a.py", "x = 1\n")]), out / "ingest" / "00000.parquet")
+    assert main(["stats", str(out)]) == 0
+    table, reasons = capsys.readouterr().out.split("\n\n")
+    lines = table.splitlines()
+    assert lines[0].split() == ["stage", "docs", "in", "kept", "removed", "errors", "kept", "%", "bytes", "in",
+                                "bytes", "out"]  # fmt: skip
+    assert [line.split()[0] for line in lines[1:]] == ["ingest", "pii", "tokenize"]  # no license_scan
+    assert lines[1].split() == ["ingest", "10", "5", "4", "1", "50.0", "10.0", "kB", "3.0", "kB"]
+    assert lines[2].split()[1:10] == ["4", "4", "0", "0", "100.0", "3.0", "kB", "2.9", "kB"]
+    assert lines[2].endswith("5 PII spans (3 redacted, 2 detected only)")
+    assert lines[3].split()[5:] == ["100.0", "2.5", "MB", "-", "1,234", "tokens"]  # token rows carry no bytes
+    assert [line.split() for line in reasons.splitlines()[1:]] == [
+        ["stage", "removed/error", "reason", "docs", "bytes"],
+        ["ingest", "removed", "binary", "4", "7.0", "kB"],
+        ["ingest", "error", "missing_blob", "1", "-"],
+    ]

@@ -81,7 +81,7 @@ def _without_origin(files: dict[str, bytes]) -> dict[str, str]:
 
     tables = {name: pq.read_table(io.BytesIO(data)) for name, data in files.items()}
     return {
-        n: t.drop_columns([c for c in t.column_names if c == "origin"]).to_pandas().to_json()
+        n: t.drop_columns([c for c in t.column_names if c == "origin"]).to_pandas().to_json(date_format="iso")
         for n, t in tables.items()
     }
 
@@ -292,3 +292,75 @@ def test_the_readme_s_record_stage_runs_fused_and_checks_its_columns(tmp_path):
     assert (out / "language" / "_FUSED").exists() and not list((out / "language").glob("*.parquet"))
     with pytest.raises(StackcurateError, match="repetition needs the column content, which format does not write"):
         check_columns(module.RepetitionStage(module.RepetitionConfig()), pa.schema([("text", pa.string())]), "format")
+
+
+def test_a_finished_run_reports_as_it_goes_and_its_dry_run_says_what_would_be_reused(tmp_path, capsys):
+    """The golden pipeline plus dedup (two groups). Each group's results are reported before the next group starts;
+    the run saves its resolved config (not printed without -v); a dry run then says the groups are complete, for
+    the pipeline and for the saved config, and what changes when a shard is lost or a rules table is edited;
+    `stats` lists the stages in pipeline order, without license's own scan pass."""
+    from stackcurate.pipeline import RunOptions, load_pipeline, run_pipeline
+
+    argv = _mini_run(tmp_path)
+    yaml = tmp_path / "mini/pipeline.yaml"
+    yaml.write_text(yaml.read_text() + "  dedup: {}\n")
+    out = tmp_path / "out"
+    reported = []  # (stage, whether dedup's folder existed when its result came)
+    results = run_pipeline(
+        load_pipeline(yaml),
+        RunOptions(runner="local", progress=False),
+        report=lambda result: reported.append((result.stage, (out / "dedup").exists())),
+    )
+    assert [r.stage for r in results] == ["ingest", "license", "language", "filter", "decontaminate", "dedup"]
+    assert reported == [(s, False) for s in ("ingest", "license", "language", "filter", "decontaminate")] + [
+        ("dedup", True)
+    ]
+    group = "ingest + license + language + filter + decontaminate (one pass per shard)"
+    saved = out / "_config.yaml"
+    for pipeline in (yaml, saved):
+        assert main(["run", str(pipeline), "--dry-run"]) == 0
+        assert capsys.readouterr().out.splitlines() == [
+            f"{group}: complete, would be reused",
+            "dedup: complete, would be reused",
+        ]
+    assert main(argv) == 0  # a rerun of the finished run reuses every stage; the config is not printed
+    captured = capsys.readouterr()
+    assert "stages:" not in captured.err and "(0 run now)" in _results(captured.out)["dedup"]
+
+    language = out / "language"
+    shards = sorted((language / "_shards").glob("*.json"))
+    shards[-1].unlink()
+    (language / "_SUCCESS").unlink()
+    assert main([*argv, "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{group}: would resume: {len(shards) - 1} of {len(shards)} shards done"
+    assert lines[1] == "dedup: complete, would be reused"  # its input, decontaminate, is complete
+
+    rules = tmp_path / "filters" / "starcoder2_v1.yaml"
+    rules.write_text(rules.read_text() + "\n# edited\n")
+    assert main([*argv, "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(f"{group}: holds output of a different input or config")
+    assert main([*argv, "--dry-run", "--overwrite"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"{group}: would run, replacing the output there (--overwrite)"
+
+    assert main(["stats", str(out)]) == 0
+    table = capsys.readouterr().out.split("\n\n")[0].splitlines()
+    assert [line.split()[0] for line in table[1:]] == [
+        "ingest",
+        "license",
+        "language",
+        "filter",
+        "decontaminate",
+        "dedup",
+    ]
+    assert (out / "license_scan" / "stats").is_dir()  # counted, but not a stage of the pipeline
+
+
+def test_keep_true_writes_a_stage_s_rows_and_license_s_own_keep_is_its_setting(tmp_path):
+    from stackcurate.pipeline import load_pipeline
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("out: o\nstages:\n  ingest: {repos: [.], keep: true}\n  license: {keep: [permissive]}\n")
+    loaded = load_pipeline(pipeline)
+    assert loaded.keep == {"ingest"}
+    assert [cfg.keep for spec, cfg in loaded.stages if spec.name == "license"] == [("permissive",)]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stackcurate.cli import STATS_SQL, main
-from stackcurate.query import run_query
+from stackcurate.cli import main
+from stackcurate.query import stage_reasons, stage_totals
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -26,17 +26,13 @@ def run(tmp_path_factory) -> Path:
 
 def test_the_summary_has_the_numbers_of_stackcurate_stats(run):
     summary = json.loads((run / "report" / "summary.json").read_text())
-    rel = run_query(run, STATS_SQL)
-    assert rel is not None
-    stats: dict[tuple[str, str], int] = {}
-    for stage, metric, _reason, value in rel.fetchall():
-        stats[(stage, metric)] = stats.get((stage, metric), 0) + value
-    assert summary["stages"] == ["ingest", "license", "language", "filter", "decontaminate"]
+    totals = {t.stage: t for t in stage_totals(run)}
+    assert summary["stages"] == ["ingest", "license", "language", "filter", "decontaminate"] == list(totals)
     for row in summary["funnel"]:
-        for metric in ("docs_in", "docs_out", "docs_removed", "docs_error"):
-            assert row[metric] == stats.get((row["stage"], metric), 0), (row["stage"], metric)
+        for metric in ("docs_in", "docs_out", "docs_removed", "docs_error", "bytes_in", "bytes_out"):
+            assert row[metric] == getattr(totals[row["stage"]], metric), (row["stage"], metric)
     by_reason = {(r["stage"], r["reason"]): r["docs"] for r in summary["removed_by_reason"]}
-    expected = {(s, r): v for s, m, r, v in rel.fetchall() if m == "docs_removed" and r}
+    expected = {(r.stage, r.reason): r.docs for r in stage_reasons(run) if r.kind == "removed"}
     assert by_reason == expected and by_reason
 
 

@@ -148,15 +148,28 @@ def dump_yaml(data: dict[str, Any]) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
 
-def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one `--flag` per field of `cls`; unset flags stay absent so YAML values are kept."""
-    group = parser.add_argument_group(f"{cls.__name__} options")
+def _default_text(value: Any) -> str | None:
+    """A default as `--help` shows it; None when there is nothing to show (unset, empty)."""
+    if value is None or value == "" or value == ():
+        return None
+    if isinstance(value, tuple | list):
+        return " ".join(str(v) for v in value)
+    return str(value)
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type, title: str | None = None) -> None:
+    """Add one `--flag` per field of `cls`, under `title` in the help; unset flags stay absent so YAML values are
+    kept. The help ends with the default, unless the field's help already says it or there is none (an unset or
+    empty value)."""
+    group = parser.add_argument_group(title or f"{cls.__name__} options")
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
         inner, _ = _unwrap_optional(hints[f.name])
-        default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = f"{f.metadata.get('help', '')} (default: {default!r})"
+        help_text = f.metadata.get("help", "")
+        default = _default_text(f.default if f.default is not dataclasses.MISSING else None)
+        if default is not None and "default" not in help_text:
+            help_text = f"{help_text} (default: {default})"
         if inner is bool:
             group.add_argument(
                 flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text

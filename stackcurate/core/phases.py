@@ -26,6 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+from tqdm import tqdm
 
 from stackcurate.core import io
 from stackcurate.core.config import dump_yaml
@@ -84,19 +85,30 @@ class Phases:
         return io.join(self.dir.uri, WORK, *parts)
 
     def run(
-        self, phase: str, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str | None = None
+        self,
+        phase: str,
+        fn: Callable[..., Any],
+        items: list[tuple[Any, ...]],
+        desc: str | None = None,
+        *,
+        bar: bool = True,
     ) -> list[Any]:
         """`fn(*item)` for the items of `phase` that have no marker yet (a rerun resumes); every item's result,
-        in order."""
+        in order. The progress bar reads `desc` (default: the folder and the phase); `bar=False`: none."""
         marker_dir = self.work(DONE, phase)
         self.fs.create_dir(marker_dir, recursive=True)
         markers = [io.join(marker_dir, f"{i:05d}.json") for i in range(len(items))]
         finished = set(io.expand(self.fs, marker_dir, suffix=".json"))  # by an interrupted run
         todo = [i for i, m in enumerate(markers) if m not in finished]
-        label = desc or f"{self.dir.stage} {phase}"
+        label = (desc or f"{self.dir.stage} {phase}") if bar else None
         ran = self.ctx.map(_marked, [(self.fs, markers[i], fn, *items[i]) for i in todo], label)
         results = dict(zip(todo, ran, strict=True))
         return [results[i] if i in results else json.loads(io.read_text(self.fs, m)) for i, m in enumerate(markers)]
+
+    def rounds(self, desc: str) -> "Rounds":
+        """A phase that runs in rounds until it converges (dedup's connected components, graph's walk by
+        depth), under one progress bar `desc` that counts the rounds; use it as a context manager."""
+        return Rounds(self, desc)
 
     def drop(self, *parts: str) -> None:
         """Remove scratch files the next phases no longer need."""
@@ -115,3 +127,24 @@ class Phases:
         """Remove the whole folder (its result was consumed: format's grouped copy of the input)."""
         if io.exists(self.fs, self.dir.root):
             self.fs.delete_dir(self.dir.root)
+
+
+class Rounds:
+    """The rounds of one phase (see :meth:`Phases.rounds`): each round is a phase of its own for markers and
+    resume, and their tasks run without a progress bar each."""
+
+    def __init__(self, phases: Phases, desc: str) -> None:
+        self.phases = phases
+        self.bar = tqdm(desc=desc, unit=" rounds", disable=not phases.ctx.progress)
+
+    def run(self, phase: str, fn: Callable[..., Any], items: list[tuple[Any, ...]]) -> list[Any]:
+        """Run one round (`Phases.run`, without its own bar)."""
+        results = self.phases.run(phase, fn, items, bar=False)
+        self.bar.update()
+        return results
+
+    def __enter__(self) -> "Rounds":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()

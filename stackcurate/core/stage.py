@@ -120,11 +120,12 @@ class TaskContext:
         overwrite: Replace earlier output of a different input or config.
         run_id: Identifies this run in stats rows.
         map: Runs `fn(*item)` for every item on the run's executor and returns the results in order;
-            `map(fn, items, description)`.
+            `map(fn, items, description)`, with a progress bar of that description (None: no bar).
         run_pass: Runs a record pass over the stage's input into `<out>/<name>` (license's scan), resumable
             like a stage, and returns that folder; `run_pass(name, factory, settings, names)`, where `settings`
             are what the pass's output depends on and `names` (a regex) the file names it needs: when the stage
             runs fused after a source (ingest), the pass reads those files through it.
+        progress: Whether the run shows progress bars (a phase of rounds shows one of its own).
     """
 
     out: str
@@ -132,8 +133,9 @@ class TaskContext:
     shards: list[Shard]
     overwrite: bool
     run_id: str
-    map: Callable[[Callable[..., Any], list[tuple[Any, ...]], str], list[Any]]
+    map: Callable[[Callable[..., Any], list[tuple[Any, ...]], str | None], list[Any]]
     run_pass: Callable[[str, "StageFactory", dict[str, Any], str | None], str]
+    progress: bool = True
 
     def phases(self, name: str, settings: dict[str, Any], **kwargs: Any) -> "Phases":
         """The folder of the stage's declared phases (core/phases.py)."""
@@ -186,14 +188,27 @@ class StageDir:
     def plan_path(self) -> str:
         return io.join(self.root, "_plan.json")
 
-    def fingerprint(self) -> str | None:
-        """The plan fingerprint of the output in this folder, if any."""
+    def _plan(self) -> dict[str, Any] | None:
         if not io.exists(self.fs, self.plan_path):
             return None
-        return json.loads(io.read_text(self.fs, self.plan_path))["fingerprint"]
+        return json.loads(io.read_text(self.fs, self.plan_path))
 
-    def prepare(self, fingerprint: str, *, overwrite: bool) -> set[int]:
-        """Create the folder for a run with this plan; return the shards already finished by an earlier run."""
+    def fingerprint(self) -> str | None:
+        """The plan fingerprint of the output in this folder, if any."""
+        plan = self._plan()
+        return None if plan is None else plan["fingerprint"]
+
+    def request(self) -> str | None:
+        """The request fingerprint of the output in this folder (see :meth:`prepare`), if one was recorded."""
+        plan = self._plan()
+        return None if plan is None else plan.get("request")
+
+    def prepare(self, fingerprint: str, *, overwrite: bool, request: str | None = None) -> set[int]:
+        """Create the folder for a run with this plan; return the shards already finished by an earlier run.
+
+        `request` fingerprints what the stage was asked for before its preparation filled in what it computes
+        (dedup's clusters, the tokenizer it trains): a dry run, which prepares nothing, compares it to tell a
+        finished output that a run would reuse."""
         plan_path = self.plan_path
         if io.exists(self.fs, self.root):
             previous = self.fingerprint()
@@ -207,8 +222,9 @@ class StageDir:
         for sub in ("", "removed", "errors", "stats", "_shards"):
             self.fs.create_dir(io.join(self.root, sub) if sub else self.root, recursive=True)
         self._remove_temporaries()
-        if not io.exists(self.fs, plan_path):
-            io.write_bytes_atomic(self.fs, plan_path, json.dumps({"fingerprint": fingerprint}).encode())
+        plan = {"fingerprint": fingerprint, **({"request": request} if request is not None else {})}
+        if self._plan() != plan:
+            io.write_bytes_atomic(self.fs, plan_path, json.dumps(plan).encode())
         if io.exists(self.fs, self.success_path):
             self.fs.delete_file(self.success_path)
         return self.done_shards()

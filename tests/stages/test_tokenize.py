@@ -3,6 +3,7 @@ token with an independent reader, with Megatron-Core's reader, and byte for byte
 
 import json
 import sysconfig
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -158,7 +159,11 @@ def test_shards_hold_every_document_token_for_token(tmp_path, tokenizer_dir, mon
 
 
 def test_megatron_core_reads_the_shards(tmp_path, tokenizer_dir):
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    with warnings.catch_warnings():  # megatron-core's import warns about what this test does not use
+        warnings.filterwarnings("ignore", "Transformer Engine and Apex are not installed", UserWarning)
+        warnings.filterwarnings("ignore", "`torch.jit.script_method` is deprecated", DeprecationWarning)
+        warnings.filterwarnings("ignore", "The following imports from `dynamic_context.py`", DeprecationWarning)
+        from megatron.core.datasets.indexed_dataset import IndexedDataset
 
     _documents(tmp_path)
     folder = _tokenize(tmp_path, "out", tokenizer=str(tokenizer_dir))

@@ -550,18 +550,20 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
         for name in ("pairs", "pairs2", "shipped", "shingles"):
             phases.drop(name)
     step, previous = 0, None
-    while True:
-        sums = run(f"cc{step:03d}", star_task, [(step, p) for p in range(partitions)])
-        if step >= 2:
-            phases.drop("cc", f"{step - 1:03d}")
-        total = (sum(c for c, _ in sums), sum(s for _, s in sums) % 2**64)
-        if step % 2 == 0:
-            if total == previous:  # a large-star + small-star round changed nothing: one star per component
-                break
-            previous = total
-        step += 1
-        if step > 200:
-            raise StackcurateError("connected components did not converge in 100 rounds; please report this")
+    with phases.rounds("dedup connected components") as rounds:  # one progress bar, however many rounds
+        while True:
+            items = [(plan, step, p) for p in range(partitions)]
+            sums = rounds.run(f"cc{step:03d}", star_task, items)
+            if step >= 2:
+                phases.drop("cc", f"{step - 1:03d}")
+            total = (sum(c for c, _ in sums), sum(s for _, s in sums) % 2**64)
+            if step % 2 == 0:
+                if total == previous:  # a large-star + small-star round changed nothing: one star per component
+                    break
+                previous = total
+            step += 1
+            if step > 200:
+                raise StackcurateError("connected components did not converge in 100 rounds; please report this")
     run("member", member_task, [(step, p) for p in range(partitions)])
     run("cluster", cluster_task, [(p, ctx.run_id) for p in range(partitions)])
     phases.finish()

@@ -162,14 +162,14 @@ def run_walk(cfg: GraphConfig, ctx: TaskContext) -> GraphConfig:
     phases.run("sort-entries", w.sort_entries_task, parts, "graph sort entries")
     phases.drop("entries_by_dir")
     depth = 0
-    while depth <= cfg.max_depth:  # a round per depth, while the frontier holds directories
-        rounds = phases.run(f"level-{depth}", w.level_task, [(walk, depth, p) for p in range(partitions)],
-                            f"graph depth {depth}")  # fmt: skip
-        phases.drop(f"level-{depth}")
-        missing += sum(r["missing_directories"] for r in rounds)
-        depth += 1
-        if not sum(r["next"] for r in rounds):
-            break
+    with phases.rounds("graph directories, by depth") as levels:  # one progress bar for every depth
+        while depth <= cfg.max_depth:  # a round per depth, while the frontier holds directories
+            rounds = levels.run(f"level-{depth}", w.level_task, [(walk, depth, p) for p in range(partitions)])
+            phases.drop(f"level-{depth}")
+            missing += sum(r["missing_directories"] for r in rounds)
+            depth += 1
+            if not sum(r["next"] for r in rounds):
+                break
     files_of("content", w.contents_task, "content")
     files_of("skipped_content", w.contents_task, "skipped_content")
     phases.run("annotate", w.annotate_task, parts, "graph contents")
