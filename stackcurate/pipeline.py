@@ -201,6 +201,7 @@ def _run_group(
         return [StageResult(spec.name, len(shards), 0, plan=plan) for spec, _ in members]
     executor.check_shared({"--out": out, **({"--input": input_uri} if input_uri is not None else {})})
     executor.take_busy()  # from here on, this group's
+    executor.take_workers()
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     source = None if first.reads_records else members[0]  # a pass of a fused stage reads through ingest
     ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, partial(_map, executor),
@@ -248,6 +249,10 @@ def _run_group(
             result.own_seconds += summary.get("seconds", 0.0)
         results.append(result)
     results[0].node_busy = executor.take_busy()  # the group's phases, shards and finishing tasks, by node
+    if workers := executor.take_workers():  # something ran (not a finished stage reused): how, for the report
+        wall = time.perf_counter() - started
+        for stage_dir in dirs:
+            stage_dir.write_run(run_id, wall, workers)
     return results
 
 

@@ -14,6 +14,7 @@ Only the stages a run has are reported, in pipeline order.
 import html
 import json
 import platform
+import re
 import time
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +29,7 @@ from stackcurate.stages import STAGE_ORDER
 
 REPORT_DIR = "report"
 EXAMPLES = 3  # removed rows shown per (stage, reason)
+EXCERPT = 80  # characters of a removed file's line shown (only where removed rows keep their content)
 TOP = 15  # bars per chart
 # internal folders whose counters belong to a stage's section
 PARTS = {"license_scan": "license", "dedup_clusters": "dedup", "graph_walk": "graph"}
@@ -38,6 +40,8 @@ REASONS_SQL = """select stage, reason, sum(value) filter (metric = 'docs_removed
 LANGUAGES_SQL = """select stage, language, sum(value) filter (metric = 'docs_out') as docs,
     sum(value) filter (metric = 'bytes_out') as bytes from stats
     where language is not null and metric in ('docs_out', 'bytes_out') group by all order by stage, bytes desc"""
+METRICS_SQL = """select stage, metric, if(metric in ('rss_peak', 'workers'), max(value), sum(value)) as value
+    from stats group by stage, metric"""
 RUNS_SQL = "select distinct run_id from stats order by run_id"
 DEDUP_SQL = """select reason as size, sum(value)::bigint as clusters from stats
     where stage = 'dedup_clusters' and metric = 'clusters' group by all order by clusters desc"""
@@ -75,7 +79,8 @@ def summarize(out: str | Path) -> dict[str, Any]:
     con, views = connect(out)
     if "stats" not in views:
         raise StackcurateError(f"{out} has no stats yet; run a stage first")
-    metric_rows = _rows(con, "select stage, metric, sum(value) as value from stats group by all")
+    # every counter summed over shards and runs, but peaks and worker counts: the largest
+    metric_rows = _rows(con, METRICS_SQL)
     totals: dict[str, dict[str, float]] = {}
     for r in metric_rows:
         totals.setdefault(r["stage"], {})[r["metric"]] = r["value"]
@@ -94,10 +99,18 @@ def summarize(out: str | Path) -> dict[str, Any]:
             cols = _columns(con, f"{stage}_removed")
             repo = "repo_name" if "repo_name" in cols else "null"
             path = "path" if "path" in cols else "null"
-            examples[stage] = _rows(con, f"select reason, {path} as path, {repo} as repo_name, left(detail, 200) as "
-                                         f"detail from (select *, row_number() over (partition by reason order by "
-                                         f"{path}) n from \"{stage}_removed\") where n <= {EXAMPLES} "
-                                         "order by reason, path")  # fmt: skip
+            text = "content" if "content" in cols else "null"
+            rows = _per_reason(con, f"{stage}_removed", f"reason, {path} as path, {repo} as repo_name, "
+                               f"left(detail, 200) as detail, {text} as content",
+                               path if path != "null" else "reason")  # fmt: skip
+            for r in rows:
+                r["line"] = _excerpt(r.pop("content"), r["detail"])
+            examples[stage] = rows
+    error_examples = {
+        stage: _per_reason(con, f"{stage}_errors", "reason, origin, left(detail, 200) as detail", "origin")
+        for stage in stages
+        if f"{stage}_errors" in views
+    }
     languages = _rows(con, LANGUAGES_SQL)
     spans = "pii" in views and "pii_spans" in _columns(con, "pii")
     summary = {
@@ -113,11 +126,14 @@ def summarize(out: str | Path) -> dict[str, Any]:
         "tokens": int(totals.get("tokenize", {}).get("tokens", 0)),
         "removed_by_reason": [r | {"docs": int(r["docs"] or 0), "bytes": int(r["bytes"] or 0)} for r in reasons],
         "errors_by_reason": [r | {"docs": int(r["docs"])} for r in errors],
+        "error_examples": error_examples,
+        "performance": [_performance(stage, totals) for stage in stages],
         "examples": examples,
         "languages": [r | {"docs": int(r["docs"] or 0), "bytes": int(r["bytes"] or 0)} for r in languages],
         "dedup": _rows(con, DEDUP_SQL) if "dedup_clusters" in totals else [],
         "pii": _rows(con, PII_SQL) if "pii" in totals else [],
         "licenses": _licenses(con, views, stages),
+        "opt_out": _opt_out(totals, reasons),
         "license_ids": _license_ids(con, views, stages),
         "pii_detectors": _rows(con, PII_DETECTORS_SQL) if spans else [],
         "pii_examples": _rows(con, PII_EXAMPLES_SQL) if spans else [],
@@ -127,6 +143,42 @@ def summarize(out: str | Path) -> dict[str, Any]:
         "filter_scores": _filter_scores(con, views, stages, out),
     }
     return summary
+
+
+def _per_reason(con: Any, view: str, columns: str, order: str) -> list[dict[str, Any]]:
+    """The first EXAMPLES rows of `view` for each reason, by `order`."""
+    ranked = f'select *, row_number() over (partition by reason order by {order}) n from "{view}"'
+    return _rows(con, f"select {columns} from ({ranked}) where n <= {EXAMPLES} order by reason, {order}")
+
+
+def _excerpt(content: str | None, detail: str | None) -> str | None:
+    """The line a removed row's detail names (`... (line 17)`), cut to EXCERPT characters, where the removed
+    rows kept their content (`--removed-content`); None otherwise: by default no removed text is written."""
+    found = re.search(r"\(line (\d+)\)$", detail or "")
+    if content is None or found is None:
+        return None
+    lines = content.split("\n", int(found.group(1)))
+    line = lines[int(found.group(1)) - 1] if int(found.group(1)) <= len(lines) else ""
+    return line[:EXCERPT] + ("…" if len(line) > EXCERPT else "")
+
+
+def _performance(stage: str, totals: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """How a stage ran: wall time of its runs (a fused stage: its group's), MB in, MB/s, the workers, MB/s per
+    worker (each takes one core), its own time summed over its shards, and the largest peak memory of a worker
+    over one shard (a fused group's stages share theirs)."""
+    t = totals[stage]
+    part = totals.get(_part_of(stage), {})
+    wall, workers, size = t.get("wall_seconds", 0.0), int(t.get("workers", 0)), t.get("bytes_in", 0.0)
+    rate = size / 1e6 / wall if wall else None
+    return {"stage": stage, "wall_seconds": round(wall, 3), "mb_in": round(size / 1e6, 2), "bytes_in": int(size),
+            "mb_per_s": _significant(rate), "workers": workers,
+            "mb_per_s_per_core": _significant(rate / workers) if rate is not None and workers else None,
+            "own_seconds": round(t.get("seconds", 0.0) + part.get("seconds", 0.0), 2),
+            "peak_worker_mb": round(t["rss_peak"] / 2**20) if t.get("rss_peak") else None}  # fmt: skip
+
+
+def _significant(value: float | None) -> float | None:
+    return None if value is None else float(f"{value:.3g}")
 
 
 def _part_of(stage: str) -> str:
@@ -183,6 +235,14 @@ def _largest_clusters(con: Any, views: list[str], stages: list[str]) -> list[dic
         from dedup_clusters c left join "{keeper}" k on k.doc_id = c.kept_doc_id
         group by c.cluster_id order by size desc, c.cluster_id limit {TOP}""",
     )
+
+
+def _opt_out(totals: dict[str, dict[str, float]], reasons: list[dict[str, Any]]) -> dict[str, int]:
+    """What the opt-out lists removed: graph's origins left out before the walk, license's files."""
+    files = sum(int(r["docs"] or 0) for r in reasons if r["stage"] == "license" and r["reason"] == "opt_out")
+    files_mb = sum(int(r["bytes"] or 0) for r in reasons if r["stage"] == "license" and r["reason"] == "opt_out")
+    origins = int(totals.get("graph", {}).get("origins_opted_out", 0))
+    return {"files": files, "bytes": files_mb, "origins": origins}
 
 
 def _license_ids(con: Any, views: list[str], stages: list[str]) -> list[dict[str, Any]]:
@@ -300,7 +360,9 @@ def page(summary: dict[str, Any]) -> str:
         rows = [r for r in summary["removed_by_reason"] if r["stage"] == stage]
         if rows:
             parts.append(_bars(f"{stage}: files removed by reason", [(r["reason"], r["docs"]) for r in rows]))
-            parts.append(_table(summary["examples"].get(stage, []), ["reason", "path", "repo_name", "detail"]))
+            examples = summary["examples"].get(stage, [])
+            shown = ["reason", "path", "repo_name", "detail"] + (["line"] if any(r["line"] for r in examples) else [])
+            parts.append(_table(examples, shown))
     if summary["filter_scores"]:
         parts.append("<h2>4. Filter scores and their thresholds</h2>")
         parts += [_histogram(score) for score in summary["filter_scores"]]
@@ -313,10 +375,17 @@ def page(summary: dict[str, Any]) -> str:
         parts.append(
             "<h3>The largest clusters and the file each kept</h3>" + _table(summary["dedup_largest"], columns)
         )
-    if summary["licenses"]:
+    if summary["licenses"] or "license" in summary["stages"] or "graph" in summary["stages"]:
         types = [(r["license_type"], r["docs"]) for r in summary["licenses"]]
         ids = [(r["license"], r["files"]) for r in summary["license_ids"]]
-        parts.append("<h2>6. Licenses</h2>" + _bars("Files by license type", types)
+        removed = [(r["reason"], r["docs"]) for r in summary["removed_by_reason"] if r["stage"] == "license"]
+        opt = summary["opt_out"]
+        parts.append("<h2>6. Licenses and opt-out</h2>"
+                     f"<p>Opt-out: <b>{opt['origins']:,}</b> origins left out before the graph walk, "
+                     f"<b>{opt['files']:,}</b> files ({opt['bytes'] / 1e6:,.2f} MB) of opted-out repositories or "
+                     "owners removed by the license stage.</p>"
+                     + (_bars("Files by license type (final rows)", types) if types else "")
+                     + (_bars("Files removed by the license stage, opt-out apart", removed) if removed else "")
                      + (_bars("Files by detected license", ids) if ids else ""))  # fmt: skip
     if summary["pii"]:
         redacted = [(r["entity"], r["spans"]) for r in summary["pii"] if r["metric"] == "spans_redacted"]
@@ -329,8 +398,19 @@ def page(summary: dict[str, Any]) -> str:
         hits = [(r["detail"] or r["reason"], r["files"]) for r in summary["decontamination"]]
         parts.append("<h2>8. Decontamination</h2>" + _bars("Files removed by benchmark and task", hits)
                      + _table(summary["decontamination"], ["reason", "detail", "files"]))  # fmt: skip
+    columns = ["stage", "wall_seconds", "mb_in", "mb_per_s", "workers", "mb_per_s_per_core", "own_seconds",
+               "peak_worker_mb"]  # fmt: skip
+    parts.append("<h2>9. How each stage ran</h2><p>Wall time is the stage's runs (a fused stage: its group's); "
+                 "MB/s per core is MB/s over the workers, one core each; the peak is a worker's largest resident "
+                 "memory over one shard.</p>" + _table(summary["performance"], columns)
+                 + _bars("Wall seconds per stage", [(p["stage"], p["wall_seconds"]) for p in summary["performance"]],
+                         " s"))  # fmt: skip
     if summary["errors_by_reason"]:
-        parts.append("<h2>9. Errors</h2>" + _table(summary["errors_by_reason"], ["stage", "reason", "docs"]))
+        parts.append("<h3>Errors by reason</h3>" + _table(summary["errors_by_reason"], ["stage", "reason", "docs"]))
+        for stage, rows in summary["error_examples"].items():
+            if rows:
+                parts.append(f"<h3>{html.escape(stage)}: examples of errors</h3>"
+                             + _table(rows, ["reason", "origin", "detail"]))  # fmt: skip
     parts.append("<h2>10. Configuration and versions</h2><pre>"
                  + html.escape(yaml.safe_dump({"versions": summary["run"]["versions"], "config": summary["config"]},
                                               sort_keys=False)) + "</pre>")  # fmt: skip

@@ -6,6 +6,7 @@ import re
 import shutil
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -71,24 +72,77 @@ def test_a_run_of_some_stages_reports_just_those(tmp_path):
     assert "<h2>7. PII</h2>" not in (tmp_path / "out" / "report" / "index.html").read_text()
 
 
-def test_the_page_renders_in_headless_chromium_with_the_network_blocked(run, tmp_path):
+class _Proxy:
+    """Where Chromium sends every request (--proxy-server): it writes down the first line of each (`GET http://...`
+    or `CONNECT host:443`) and answers none, so nothing leaves the machine and every request is counted."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.requests: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            with conn:
+                conn.settimeout(5)
+                try:
+                    self.requests.append(conn.recv(4096).split(b"\r\n", 1)[0].decode(errors="replace"))
+                except OSError:
+                    self.requests.append("(no request line)")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _hosts(requests: list[str]) -> set[str]:
+    """`GET http://host/...` and `CONNECT host:443` lines to their hosts."""
+    found = set()
+    for line in requests:
+        parts = line.split()
+        target = parts[1] if len(parts) > 1 else ""
+        found.add(target.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0])
+    return found
+
+
+def test_the_page_renders_in_headless_chromium_and_no_request_leaves_the_machine(run, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("needs Debian's chromium (make install-dev installs it with apt-get where it can)")
-    with socket.socket() as s:  # a port where nothing listens: every request through the proxy fails
-        s.bind(("127.0.0.1", 0))
-        dead = s.getsockname()[1]
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", f"--proxy-server=http://127.0.0.1:{dead}",
-             "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={tmp_path / 'profile'}"]  # fmt: skip
-    page = (run / "report" / "index.html").as_uri()
-    shot = tmp_path / "report.png"
-    subprocess.run([chromium, *flags, f"--screenshot={shot}", "--window-size=1000,2000", page], check=True,
-                   capture_output=True, timeout=120)  # fmt: skip
-    assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    dom = subprocess.run([chromium, *flags, "--dump-dom", page], check=True, capture_output=True, text=True,
-                         timeout=120).stdout  # fmt: skip
-    charts = re.findall(r"<svg class=\"chart\".*?</svg>", dom, re.S)
-    assert charts and all(chart.count("<rect") >= 1 for chart in charts), "every chart rendered its bars"
+    proxy = _Proxy()
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", f"--proxy-server=http://127.0.0.1:{proxy.port}",
+             f"--user-data-dir={tmp_path / 'profile'}"]  # fmt: skip
+
+    def hosts_asked(page: Path, *args: str) -> tuple[set[str], str]:
+        proxy.requests.clear()
+        done = subprocess.run([chromium, *flags, *args, page.as_uri()], check=True, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+        return _hosts(proxy.requests), done.stdout
+
+    try:
+        # Chromium asks for some things of its own (time, accounts) whatever the page: a blank page shows which.
+        blank = tmp_path / "blank.html"
+        blank.write_text("<p>blank</p>")
+        own, _ = hosts_asked(blank, "--dump-dom")
+        shot = tmp_path / "report.png"
+        asked, _ = hosts_asked(run / "report" / "index.html", f"--screenshot={shot}", "--window-size=1000,2000")
+        assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        asked_too, dom = hosts_asked(run / "report" / "index.html", "--dump-dom")
+        charts = re.findall(r"<svg class=\"chart\".*?</svg>", dom, re.S)
+        assert charts and all(chart.count("<rect") >= 1 for chart in charts), "every chart rendered its bars"
+        assert (asked | asked_too) <= own, f"the report's page asked for {(asked | asked_too) - own}"
+        # The count works: a page with one remote image is seen asking for it.
+        remote = tmp_path / "remote.html"
+        remote.write_text('<img src="http://images.example.org/logo.png">')
+        assert hosts_asked(remote, "--dump-dom")[0] - own == {"images.example.org"}
+    finally:
+        proxy.close()
 
 
 def test_dedup_s_largest_clusters_and_decontamination_hits_by_task(tmp_path):
@@ -156,3 +210,67 @@ def test_pii_spans_by_entity_and_detector_with_examples_that_show_the_replacemen
         {"entity": "EMAIL", "detector": "pattern:email", "replacement": "<EMAIL>", "path": "/setup.py"}
     ]
     assert mail not in (out / "report" / "index.html").read_text() + (out / "report" / "summary.json").read_text()
+
+
+def test_each_stage_s_wall_time_workers_throughput_and_peak_memory(run):
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    perf = {p["stage"]: p for p in summary["performance"]}
+    assert list(perf) == summary["stages"]
+    group = perf["ingest"]["wall_seconds"]  # ingest to decontaminate ran as one fused pass: one wall time
+    assert group > 0 and all(perf[s]["wall_seconds"] == group for s in ("license", "language", "filter"))
+    for p in perf.values():
+        assert p["workers"] == 1  # --runner local: this process
+        assert p["mb_per_s"] == pytest.approx(p["bytes_in"] / 1e6 / p["wall_seconds"], rel=0.02)  # 3 digits
+        assert p["mb_per_s_per_core"] == p["mb_per_s"]
+        assert p["peak_worker_mb"] > 50  # a Python process with pyarrow loaded, measured over its shards
+    assert perf["filter"]["bytes_in"] > 0 and perf["filter"]["own_seconds"] <= group
+    page = (run / "report" / "index.html").read_text()
+    assert "<h2>9. How each stage ran</h2>" in page and "peak_worker_mb" in page
+
+
+def test_opt_out_removals_are_shown_apart(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from helpers import make_table
+
+    table = make_table([("/a.py", "x = 1\n"), ("/b.py", "y = 2\n"), ("/c.py", "z = 3\n")])
+    repos = pa.array(["acme/widgets", "acme/widgets", "other/repo"])
+    table = table.set_column(table.schema.get_field_index("repo_name"), "repo_name", repos)
+    (tmp_path / "records").mkdir()
+    pq.write_table(table, tmp_path / "records" / "00000.parquet")
+    (tmp_path / "optout.txt").write_text("acme/widgets\n")
+    out = tmp_path / "out"
+    argv = ["license", "--input", str(tmp_path / "records"), "--out", str(out), "--opt-out",
+            str(tmp_path / "optout.txt"), "--runner", "local", "--no-progress"]  # fmt: skip
+    assert main(argv) == 0 and main(["report", str(out)]) == 0
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    assert summary["opt_out"] == {"files": 2, "bytes": 12, "origins": 0}
+    assert "<b>2</b> files (0.00 MB) of opted-out repositories" in (out / "report" / "index.html").read_text()
+
+
+@pytest.mark.parametrize("removed_content", [False, True])
+def test_filter_examples_name_the_line_that_tripped_the_rule(tmp_path, removed_content):
+    import pyarrow.parquet as pq
+    from helpers import make_table
+
+    long_line = "data = '" + "ab" * 700 + "'"
+    files = [("/long.py", f"import os\n\n{long_line}\nprint(os.sep)\n"),
+             ("/gen.py", "# coding: utf-8\n# This file is auto-generated. Do not edit.\nx = 1\n"),
+             ("/ok.py", "def add(a, b):\n    return a + b\n")]  # fmt: skip
+    (tmp_path / "records").mkdir()
+    pq.write_table(make_table(files, language="Python", extension="py"), tmp_path / "records" / "00000.parquet")
+    out = tmp_path / "out"
+    rules = FIXTURES.parents[1] / "filters" / "starcoder2_v1.yaml"
+    argv = ["filter", "--input", str(tmp_path / "records"), "--out", str(out), "--rules", str(rules),
+            "--runner", "local", "--no-progress"]  # fmt: skip
+    assert main(argv + (["--removed-content"] if removed_content else [])) == 0
+    assert main(["report", str(out)]) == 0
+    examples = {r["path"]: r for r in json.loads((out / "report" / "summary.json").read_text())["examples"]["filter"]}
+    assert examples["/long.py"]["detail"] == f"max_line_length {len(long_line)} > 1000 (line 3)"
+    assert examples["/gen.py"]["detail"] == "autogenerated 1 > 0 (line 2)"
+    assert "/ok.py" not in examples
+    if removed_content:  # the line itself, cut short, where the removed rows keep their text
+        assert examples["/long.py"]["line"] == long_line[:80] + "…"
+        assert examples["/gen.py"]["line"] == "# This file is auto-generated. Do not edit."
+    else:  # by default no removed text is written anywhere, the report included
+        assert examples["/long.py"]["line"] is None and "abab" not in (out / "report" / "index.html").read_text()

@@ -6,7 +6,7 @@ of a stage always covers the same input and always writes the same files:
     <out>/<stage>/0000i.parquet          kept rows
     <out>/<stage>/removed/0000i.parquet  dropped rows, with `reason` and `detail`
     <out>/<stage>/errors/0000i.parquet   bad input (see schema.ERROR_SCHEMA)
-    <out>/<stage>/stats/0000i.parquet    additive counters (schema.STATS_SCHEMA)
+    <out>/<stage>/stats/0000i.parquet    counters (schema.STATS_SCHEMA): additive, except `rss_peak`
     <out>/<stage>/_shards/0000i.json     completion marker, written last
 
 Each file is written under a temporary name and moved into place, and the marker is the commit point: a
@@ -234,6 +234,16 @@ class StageDir:
             if ".tmp-" in info.base_name and info.type == pafs.FileType.File:
                 self.fs.delete_file(info.path)
 
+    def write_run(self, run_id: str, wall_seconds: float, workers: int) -> None:
+        """Record how a run ran this stage (its group's wall time, the most workers at once) as stats rows of
+        their own, `stats/run-<run_id>.parquet`: a resumed stage has one file per run that worked on it."""
+        rows = [{"run_id": run_id, "stage": self.stage, "shard": -1, "metric": metric, "language": None,
+                 "reason": None, "value": float(value), "unit": UNITS[metric]}
+                for metric, value in (("wall_seconds", wall_seconds), ("workers", workers))]  # fmt: skip
+        sink = io.AtomicParquetWriter(self.fs, io.join(self.root, "stats", f"run-{run_id}.parquet"), STATS_SCHEMA)
+        sink.write(pa.Table.from_pylist(rows, schema=STATS_SCHEMA))
+        sink.commit()
+
     def finish(self, config_yaml: str) -> None:
         """Mark the stage complete; the temporary files of attempts that died with their worker go."""
         for path in io.expand(self.fs, self.root):
@@ -297,8 +307,33 @@ def error_row(shard: Shard, source: str, reason: str, detail: str) -> pa.Table:
     )
 
 
+# Metrics that are not counts of their unit's first word (`docs_in` is docs, `bytes_out` bytes).
+UNITS = {"seconds": "seconds", "wall_seconds": "seconds", "rss_peak": "bytes", "workers": "workers"}
+
+
+def reset_peak_rss() -> None:
+    """Start measuring this process's peak resident memory afresh (Linux: VmHWM back to the current RSS)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass  # not Linux, or /proc read-only: the peak is then the process's peak so far
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory (bytes) since :func:`reset_peak_rss`; 0 where it cannot be read."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 class Counters:
-    """Additive per-shard counters keyed by (metric, language, reason)."""
+    """Per-shard counters keyed by (metric, language, reason): additive, except the peak (`rss_peak`)."""
 
     def __init__(self) -> None:
         self.values: dict[tuple[str, str | None, str | None], float] = {}
@@ -338,7 +373,7 @@ class Counters:
                 "language": lang,
                 "reason": r,
                 "value": v,
-                "unit": m.split("_", 1)[0] if m != "seconds" else "seconds",
+                "unit": UNITS.get(m, m.split("_", 1)[0]),
             }
             for (m, lang, r), v in sorted(self.values.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
         ]
@@ -466,10 +501,12 @@ class _StageWriters:
         self.seconds += time.perf_counter() - started
         return kept
 
-    def commit(self, shard: Shard, run_id: str) -> dict[str, Any]:
+    def commit(self, shard: Shard, run_id: str, rss: int) -> dict[str, Any]:
         for writer in self.writers:
             writer.commit()
         self.counters.add("seconds", None, None, self.seconds)
+        if rss:  # the worker's peak over the shard: a fused group's stages share it
+            self.counters.add("rss_peak", None, None, rss)
         stats = io.AtomicParquetWriter(self.out.fs, self.out.path("stats", shard), STATS_SCHEMA)
         stats.write(self.counters.table(run_id, self.stage.name, shard.index))
         stats.commit()
@@ -487,6 +524,7 @@ class _StageWriters:
 
 def _run_shard(stages: list[Stage], shard: Shard, job: ShardJob) -> dict[str, Any]:
     started = time.perf_counter()
+    reset_peak_rss()
     schema = stages[0].output_schema(shard)
     steps = []
     for i, (stage, out, keep) in enumerate(zip(stages, job.dirs, job.keep, strict=True)):
@@ -515,7 +553,8 @@ def _run_shard(stages: list[Stage], shard: Shard, job: ShardJob) -> dict[str, An
         raise
     if len(steps) == 1:
         steps[0].seconds = time.perf_counter() - started  # a stage alone: the shard's whole time, as always
-    summaries = [step.commit(shard, job.run_id) for step in steps]
+    rss = peak_rss()
+    summaries = [step.commit(shard, job.run_id, rss) for step in steps]
     # The markers last, in stage order: a shard is done when every stage of its group has one.
     for step, summary in zip(steps, summaries, strict=True):
         io.write_bytes_atomic(step.out.fs, step.out.path("_shards", shard, ".json"), json.dumps(summary).encode())

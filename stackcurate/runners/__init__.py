@@ -20,6 +20,10 @@ class Executor(Protocol):
         """Seconds each node's workers spent on shards and tasks since the last call (empty where not measured)."""
         ...
 
+    def take_workers(self) -> int:
+        """The most workers that ran at once since the last call (0: none ran)."""
+        ...
+
     def check_shared(self, folders: dict[str, str]) -> None:
         """Stop in one line unless every worker sees each folder (what it is -> path) as the driver does."""
         ...

@@ -15,6 +15,7 @@ class LocalExecutor:
         self.progress = progress
         self._key: str | None = None
         self._stages: Any = None
+        self._ran = False  # see take_workers
 
     def run_shards(self, job: ShardJob, shards: list[Shard], *, num_gpus: float = 0.0) -> list[dict[str, Any]]:
         if self._key != job.key:
@@ -22,6 +23,7 @@ class LocalExecutor:
         summaries = []
         with tqdm(total=len(shards), desc=job.name, unit="shard", disable=not self.progress or not shards) as bar:
             for shard in shards:
+                self._ran = True
                 summaries.append(job.run(self._stages, shard))
                 bar.update()
         return summaries
@@ -30,12 +32,18 @@ class LocalExecutor:
         """Not measured: one process on one machine."""
         return {}
 
+    def take_workers(self) -> int:
+        """1 if this process ran a shard or a task since the last call, else 0."""
+        ran, self._ran = self._ran, False
+        return int(ran)
+
     def check_shared(self, folders: dict[str, str]) -> None:
         """Nothing to check: this process is the only one that reads and writes."""
 
     def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:
         """`fn(*item)` for each item, in order."""
         results = []
+        self._ran = self._ran or bool(items)
         for item in tqdm(items, desc=desc, unit="task", disable=not self.progress or not items):
             results.append(fn(*item))
         return results

@@ -433,6 +433,7 @@ class RayExecutor:
         self._owns_ray = False  # this executor started an embedded Ray: it shuts it down when the run ends
         self._shared: set[str] = set()  # folders every node was seen to share
         self._busy: dict[str, float] = {}  # see take_busy
+        self._workers = 0  # see take_workers
 
     def _ray(self) -> Any:
         try:
@@ -469,6 +470,7 @@ class RayExecutor:
     def _schedule(self, items: list[_Item], label: str, noun: str, num_gpus: float = 0.0) -> list[Any]:
         pool, concurrency = self._pool_for(num_gpus, label)
         concurrency = min(concurrency, len(items))
+        self._workers = max(self._workers, concurrency)
         with tqdm(
             total=len(items), desc=f"{label} ({max(concurrency, pool.size)} workers)", unit=noun,
             disable=not self.progress,
@@ -561,6 +563,11 @@ class RayExecutor:
         busy = dict(self._busy)
         self._busy.clear()
         return busy
+
+    def take_workers(self) -> int:
+        """The most actors that ran at once since the last call."""
+        workers, self._workers = self._workers, 0
+        return workers
 
     def _recycle(self) -> None:
         """Replace the idle actors that hold more than recycle_mb() MiB now (each drops its stages first)."""

@@ -173,6 +173,7 @@ def test_origins_are_filtered_by_url_and_opt_out(export, tmp_path):
         "https://github.com/forker/email",
         "https://github.com/stdlib/http",
     }
+    assert _counts(tmp_path / "out")["origins_opted_out"] == 1.0  # counted for the report, apart from the rest
 
 
 def _counts(out: Path) -> dict[str, float]:
@@ -183,8 +184,9 @@ def _counts(out: Path) -> dict[str, float]:
 def test_the_walk_counts_what_it_could_not_follow(export, tmp_path):
     root, _ = export
     _walk(root, tmp_path / "whole")
-    assert _counts(tmp_path / "whole") == {"origins_walked": 5.0, "origins_without_branch": 0.0,
-                                           "origins_without_revision": 0.0, "directories_missing": 0.0}  # fmt: skip
+    assert _counts(tmp_path / "whole") == {"origins_opted_out": 0.0, "origins_walked": 5.0,
+                                           "origins_without_branch": 0.0, "origins_without_revision": 0.0,
+                                           "directories_missing": 0.0}  # fmt: skip
     copy = tmp_path / "export"
     shutil.copytree(root / "orc", copy / "orc")
     for orc_file in (copy / "orc" / "revision").glob("*.orc"):  # no revision can be read

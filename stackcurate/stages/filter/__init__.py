@@ -117,10 +117,28 @@ class FilterStage(RecordStage):
         for name in self.score_names:
             table = put_column(table, name, pa.array(values[name], pa.float64()))
         reasons = decide(self.rules, values, languages, extensions)
-        details: list[str | None] = [None] * table.num_rows
+        details = self._details(reasons, values, text)
         for i, why in unreadable:
             reasons[i], details[i] = "notebook_unreadable", why
         return split_by_reason(table, reasons, details)
+
+    def _details(self, reasons: list[str | None], values: dict[str, np.ndarray], text: pa.ChunkedArray) -> list:
+        """For each removed row, the test that removed it with the file's value and, for the rules about a line,
+        the line's number: `max_line_length 1532 > 1000 (line 17)`. No text: a removed file may hold secrets
+        that pii never redacts (the report shows the line only where the removed rows keep their content)."""
+        by_name = {rule.name: rule for rule in self.rules.rules}
+        params = self.rules.score_params
+        details: list[str | None] = [None] * len(reasons)
+        for i, reason in enumerate(reasons):
+            rule = by_name.get(reason) if reason is not None else None
+            if rule is None:
+                continue
+            value = float(values[rule.score][i])
+            limit = f" {rule.value:g}" if isinstance(rule.value, int | float) else ""
+            detail = f"{rule.score} {value:g} {rule.op}{limit}"
+            line = scores.line_of(rule.score, text[i].as_py() or "", params)
+            details[i] = detail + (f" (line {line})" if line else "")
+        return details
 
     def _scores(
         self, table: pa.Table, text: pa.ChunkedArray, languages: np.ndarray, extensions: np.ndarray

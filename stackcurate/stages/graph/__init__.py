@@ -26,7 +26,8 @@ has no bytes), `hidden_content`, `content_missing` (not in the export's content 
 UTF-8 keeps its file, its path decoded with backslash escapes (`name_not_utf8` counts them). An ORC file that
 cannot be read is an error row naming it; the other files are still walked. Origins whose branch cannot be
 resolved, or whose revision or directories are not in the export, are counted in the stage's stats
-(`origins_walked`, `origins_without_branch`, `origins_without_revision`, `directories_missing`).
+(`origins_walked`, `origins_without_branch`, `origins_without_revision`, `directories_missing`), and so are the
+origins of the opt-out list that the export holds (`origins_opted_out`).
 
 Example:
     stackcurate graph --export s3://softwareheritage/graph/2023-09-06-popular-1k --out work/run \\
@@ -145,11 +146,13 @@ def run_walk(cfg: GraphConfig, ctx: TaskContext) -> GraphConfig:
     errors: list[dict[str, Any]] = []
     parts = [(walk, p) for p in range(partitions)]
 
-    def files_of(table: str, fn: Any, *extra: Any) -> None:
+    def files_of(table: str, fn: Any, *extra: Any) -> list[dict[str, Any]]:
         items = [(walk, *extra, uri, i) for i, uri in enumerate(tables[table])]
-        errors.extend(r for r in phases.run(f"read-{table}", fn, items, f"graph {table}") if r.get("error"))
+        results = phases.run(f"read-{table}", fn, items, f"graph {table}")
+        errors.extend(r for r in results if r.get("error"))
+        return results
 
-    files_of("origin_visit_status", w.visits_task)
+    visits = files_of("origin_visit_status", w.visits_task)
     phases.run("latest", w.latest_task, parts, "graph latest visits")
     files_of("snapshot_branch", w.branches_task)
     resolved = phases.run("resolve", w.resolve_task, parts, "graph branches")
@@ -176,6 +179,7 @@ def run_walk(cfg: GraphConfig, ctx: TaskContext) -> GraphConfig:
     for folder in ("files", "contents", "skipped"):
         phases.drop(folder)
     counts = {  # what the walk could not follow, for the stage's stats
+        "origins_opted_out": len(set().union(*(r.get("opted_out", ()) for r in visits))),
         "origins_walked": sum(r["roots"] for r in roots),
         "origins_without_branch": sum(r["unresolved"] for r in resolved) + sum(r["unresolved"] for r in followed),
         "origins_without_revision": sum(r["missing_revisions"] for r in roots),

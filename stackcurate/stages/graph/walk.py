@@ -114,16 +114,17 @@ def visits_task(walk: Walk, uri: str, writer: int) -> dict[str, Any]:
     """Full visits with a snapshot of the origins the filters keep, by origin."""
     tables, error = _scan(uri, ["origin", "visit", "date", "status", "snapshot"])
     pattern = re.compile(walk.origins) if walk.origins else None
-    kept = []
+    kept, opted_out = [], set()
     for t in tables:
-        rows = zip(*(t.column(c).to_pylist() for c in ("origin", "status", "snapshot")), strict=True)
+        rows = list(zip(*(t.column(c).to_pylist() for c in ("origin", "status", "snapshot")), strict=True))
+        opted_out.update(url for url, _, _ in rows if url in walk.opt_out)
         keep = [status == "full" and snapshot is not None and (pattern is None or bool(pattern.search(url)))
                 and url not in walk.opt_out for url, status, snapshot in rows]  # fmt: skip
         kept.append(t.filter(pa.array(keep, pa.bool_())).select(VISITS.names).cast(VISITS))
     table = pa.concat_tables(kept) if kept else VISITS.empty_table()
     keys = np.array([origin_key(u) for u in table.column("origin").to_pylist()], dtype=np.int64)
     _write(walk, "visits", writer, table, _key_part(keys, walk.partitions))
-    return {"rows": table.num_rows, "error": error, "file": uri}
+    return {"rows": table.num_rows, "error": error, "file": uri, "opted_out": sorted(opted_out)}
 
 
 def latest_task(walk: Walk, part: int) -> dict[str, Any]:
