@@ -25,6 +25,12 @@ def export(tmp_path_factory) -> tuple[Path, dict]:
     return root, mini.build(root, mini.default_sources())
 
 
+def test_the_miniature_export_builds_under_a_relative_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # `stackcurate sample work/sample`, as the README says: git runs elsewhere
+    manifest = mini.build(Path("work") / "graph", mini.default_sources())
+    assert len(manifest["origins"]) == 6 and (tmp_path / "work" / "graph" / "orc" / "origin").is_dir()
+
+
 def _walk(export: Path, out: Path, *flags: str) -> tuple[pa.Table, pa.Table, pa.Table]:
     argv = ["graph", "--export", str(export), "--out", str(out), "--runner", "local", "--no-progress", *flags]
     assert main(argv) == 0

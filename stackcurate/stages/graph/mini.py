@@ -661,7 +661,7 @@ def build(out: Path, sources: list[Path]) -> dict[str, Any]:
         the commit and snapshot a walk must reach, cases, visits), `cases` (name -> description and the
         origins and paths that hold it) and `tables` (name -> rows, ORC files relative to `out`).
     """
-    out = Path(out)
+    out = Path(out).resolve()  # git runs in other folders (`git -C`): a relative path would name the wrong one
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; build writes into a new or empty folder")
     origins = _make_origins(out / "repos", [Path(s) for s in sources])
