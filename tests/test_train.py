@@ -1,9 +1,13 @@
-"""The trainer on CPU: the loss falls, a resumed run repeats the uninterrupted one exactly, the data position
-is exact, and checkpoints load with `from_pretrained`."""
+"""The trainer on CPU: the loss falls, a resumed run repeats the uninterrupted one exactly (and a rerun with
+other settings is refused), the data position is exact, a two-document corpus has a held-out split, the model's
+vocabulary is the manifest's, checkpoints load with `from_pretrained`, and `generate` keeps its prompt."""
 
 import csv
 import json
+import math
 import os
+import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -15,25 +19,37 @@ import pyarrow.parquet as pq
 import pytest
 
 from stackcurate.core.config import build_config
+from stackcurate.core.errors import StackcurateError
 from stackcurate.pipeline import RunOptions, run_stage
 from stackcurate.stages import get_stage
-from stackcurate.train import data, generate, loop
+from stackcurate.train import cli, data, generate, loop
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory) -> Path:
-    """Megatron shards of 80 stdlib modules, tokenized by the stage with a 600-id BPE trained on them."""
-    root = tmp_path_factory.mktemp("shards")
+def _tokenize(root: Path, texts: list[str], vocab_size: int) -> Path:
+    """Megatron shards of `texts`, tokenized by the stage with a BPE of (at most) `vocab_size` ids trained on them."""
     (root / "in").mkdir()
-    texts = [p.read_text(encoding="utf-8")[:4000] for p in sorted(STDLIB.glob("*.py"))[:80]]
     table = pa.table({"doc_id": pa.array(range(len(texts)), pa.int64()), "text": pa.array(texts, pa.large_string())})
     pq.write_table(table, root / "in" / "00000.parquet")
     spec = get_stage("tokenize")
-    cfg = build_config(spec.config_cls, {"vocab_size": 600})
+    cfg = build_config(spec.config_cls, {"vocab_size": vocab_size})
     run_stage(spec, cfg, str(root / "out"), RunOptions(runner="local", progress=False), input_uri=str(root / "in"))
     return root / "out" / "tokenize" / "megatron"
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    """Megatron shards of 80 stdlib modules, with a 600-id BPE."""
+    texts = [p.read_text(encoding="utf-8")[:4000] for p in sorted(STDLIB.glob("*.py"))[:80]]
+    return _tokenize(tmp_path_factory.mktemp("shards"), texts, 600)
+
+
+@pytest.fixture(scope="module")
+def two_documents(tmp_path_factory) -> Path:
+    """Megatron shards of two documents, with a tokenizer asked for 5,000 ids that learns far fewer."""
+    texts = [(STDLIB / name).read_text(encoding="utf-8")[:6000] for name in ("bisect.py", "colorsys.py")]
+    return _tokenize(tmp_path_factory.mktemp("two"), texts, 5000)
 
 
 def _cfg(shards: Path, out: Path, **kw) -> loop.TrainConfig:
@@ -48,19 +64,31 @@ def _losses(out: Path) -> list[tuple[int, str]]:
 
 
 def test_loss_falls(shards, tmp_path):
-    cfg = _cfg(shards, tmp_path / "run", steps=300, micro_batch=8, grad_accum=1, warmup=10, eval_every=300,
-               save_every=300)  # fmt: skip
+    cfg = _cfg(shards, tmp_path / "run", steps=100, micro_batch=16, seq_len=32, grad_accum=1, warmup=10, eval_every=50,
+               save_every=100)  # fmt: skip
     rows = loop.train(cfg, progress=False)
-    first, last = rows[0]["loss"], np.mean([r["loss"] for r in rows[-10:]])
+    assert rows[0]["step"] == 0 and rows[0]["loss"] is None  # the held-out loss before the first step
+    assert abs(rows[0]["val_loss"] - math.log(600)) < 0.5
+    first, last = rows[1]["loss"], np.mean([r["loss"] for r in rows[-10:]])
     assert first > 6.0  # about ln(600) at the start
     assert last < 0.8 * first
-    assert rows[-1]["val_loss"] is not None and rows[-1]["val_loss"] < 0.8 * first  # on held-out documents
+    assert rows[-1]["val_loss"] is not None and rows[-1]["val_loss"] < 0.8 * rows[0]["val_loss"]  # held-out tokens
+    lines = loop.curve(rows)
+    assert [line.split() for line in lines[:2]] == [
+        ["step", "train", "held-out"],
+        ["0", "-", f"{rows[0]['val_loss']:.3f}"],
+    ]
+    assert [line.split()[0] for line in lines[1:]] == ["0", "50", "100"]
+    assert lines[-1].split()[2] == f"{rows[-1]['val_loss']:.3f}"
+    assert lines[-1].split()[1] == f"{np.mean([r['loss'] for r in rows[51:]]):.3f}"  # steps 51 to 100
 
 
 def test_resume_repeats_the_uninterrupted_run(shards, tmp_path):
     loop.train(_cfg(shards, tmp_path / "straight"), progress=False)
     loop.train(_cfg(shards, tmp_path / "resumed", stop_after=6), progress=False)  # "interrupted" at step 6
-    assert [s for s, _ in _losses(tmp_path / "resumed")] == list(range(1, 7))
+    assert [s for s, _ in _losses(tmp_path / "resumed")] == list(range(7))
+    with (tmp_path / "resumed" / "metrics.csv").open("a") as f:  # as if killed after logging step 7, before saving
+        f.write("7,448,9.9,0.001,1.0,,\n")
     loop.train(_cfg(shards, tmp_path / "resumed"), progress=False)  # the same command again resumes
     assert _losses(tmp_path / "resumed") == _losses(tmp_path / "straight")
     import torch
@@ -69,28 +97,77 @@ def test_resume_repeats_the_uninterrupted_run(shards, tmp_path):
     assert state["step"] == 12 and state["position"] == 12 * 4 * 2  # samples consumed: steps x batch x accum
 
 
+def _tokens(store: data.Shards, pieces: data.Pieces) -> set[tuple[int, int]]:
+    """(document, position) of every token in `pieces`."""
+    return {
+        (int(d), int(f) + k)
+        for d, f, n in zip(pieces.docs, pieces.first, pieces.lengths, strict=True)
+        for k in range(n)
+    }
+
+
+@pytest.mark.parametrize("share", [0.1, 0.0001, 0.0])
+def test_hold_out_takes_a_share_of_the_tokens_at_least_one_sample(shards, share):
+    store = data.Shards(shards)
+    total = int(store.lengths.sum())
+    split = data.hold_out(store, share, seq_len=64, seed=3)
+    assert split.valid.tokens == (max(math.ceil(share * total), 65) if share else 0)
+    train, valid = _tokens(store, split.train), _tokens(store, split.valid)
+    assert not train & valid and len(train | valid) == total  # every token in one split, exactly once
+    assert len(split.valid.docs) == split.whole + (split.cut > 0)
+    assert f"{split.valid.tokens:,} of {total:,} tokens" in split.describe() if share else "nothing held out"
+
+
+def test_a_corpus_too_small_for_two_samples_is_refused(two_documents):
+    store = data.Shards(two_documents)
+    with pytest.raises(StackcurateError, match="lower --seq-len or --held-out"):
+        data.hold_out(store, 0.05, seq_len=int(store.lengths.sum()) // 2, seed=0)
+
+
+def test_bf16_autocast_and_fused_adamw_run_on_cpu(shards, tmp_path):
+    """The GPU's paths (bf16 autocast, fused AdamW, SDPA attention) on the CPU: they run and change the numbers."""
+    import torch
+
+    fp32 = loop.train(_cfg(shards, tmp_path / "fp32", steps=2, save_every=2), progress=False)
+    bf16 = loop.train(_cfg(shards, tmp_path / "bf16", steps=2, save_every=2, bf16=True), progress=False)
+    assert all(math.isfinite(r["loss"]) for r in bf16[1:]) and bf16[-1]["val_loss"] < bf16[0]["val_loss"] + 0.1
+    assert [r["loss"] for r in bf16[1:]] != [r["loss"] for r in fp32[1:]]  # the matmuls did run in bf16
+    state = torch.load(tmp_path / "bf16" / "checkpoint-2" / "trainer.pt", weights_only=False)
+    assert all(group["fused"] for group in state["optimizer"]["param_groups"])
+    net, _ = generate.load(tmp_path / "bf16" / "checkpoint-2")
+    assert net.dtype == torch.float32 and net.config._attn_implementation == "sdpa"
+
+
 def test_samples_pack_every_training_token_once_per_epoch(shards):
     store = data.Shards(shards)
-    train = data.Samples(store, seq_len=64, seed=3, split="train", held_out=0.1)
-    valid = data.Samples(store, seq_len=64, seed=3, split="valid", held_out=0.1)
-    assert not set(train.docs) & set(valid.docs) and len(train.docs) + len(valid.docs) == len(store.lengths)
-    stream = np.concatenate([train[i][:-1] for i in range(train.per_epoch)])
+    split = data.hold_out(store, 0.1, seq_len=64, seed=3)
+    train = data.Samples(store, split.train, seq_len=64, seed=3)
     train._load_epoch(0)
-    expected = np.concatenate([store.document(int(d)) for d in train._order])
-    assert np.array_equal(stream, expected[: len(stream)])  # in order, nothing skipped or repeated
+    in_place = np.argsort(train._shuffle)  # the epoch's samples in the order they sit in the stream
+    assert sorted(in_place.tolist()) == list(range(train.per_epoch))
+    assert in_place[:20].tolist() != list(range(20))  # read out of order: a batch draws from the whole corpus
+    stream = np.concatenate([train[int(i)][:-1] for i in in_place])
+    expected = np.concatenate([train.piece(int(k)) for k in train._order])
+    assert np.array_equal(stream, expected[: len(stream)])  # nothing skipped or repeated
     assert len(expected) - len(stream) < 64 + 1  # only the last partial sample is left over
-    assert all(np.array_equal(train[i][-1:], train[i + 1][:1]) for i in range(5))  # one-token overlap
+    neighbours = [(int(in_place[j]), int(in_place[j + 1])) for j in range(5)]
+    assert all(np.array_equal(train[a][-1:], train[b][:1]) for a, b in neighbours)  # one-token overlap
     assert not np.array_equal(train[train.per_epoch][:64], train[0][:64])  # the next epoch is reshuffled
     batch = train.batch(10, 4, rank=1, world=2)
     assert [b.tolist() for b in batch] == [train[(10 + k) * 2 + 1].tolist() for k in range(4)]
 
 
-def test_checkpoint_loads_with_from_pretrained(shards, tmp_path):
+@pytest.fixture(scope="module")
+def checkpoint(shards, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    loop.train(_cfg(shards, out, steps=6), progress=False)
+    return out / "checkpoint-6"
+
+
+def test_checkpoint_loads_with_from_pretrained(checkpoint):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    loop.train(_cfg(shards, tmp_path / "run", steps=6), progress=False)
-    checkpoint = tmp_path / "run" / "checkpoint-6"
     net = AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     assert type(net).__name__ == "Starcoder2ForCausalLM"
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
@@ -110,17 +187,107 @@ def test_train_command_imports_no_pipeline_libraries(shards, tmp_path):
         "'--seq-len', '32', '--micro-batch', '2', '--no-progress']); "
         "print(rc, sorted(m for m in ('ray', 'presidio_analyzer', 'duckdb', 'pyarrow') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "0 []"
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = got.stdout.strip().splitlines()
+    assert lines[-1] == "0 []"
     assert (tmp_path / "run" / "checkpoint-2" / "model.safetensors").exists()
+    # what it held out, then a summary and the loss curve: held-out loss before the first step and at the last
+    total = json.loads((shards / "manifest.json").read_text())["tokens"]
+    assert f"held out {math.ceil(0.05 * total):,} of {total:,} tokens (5.0%) for the validation loss" in got.stderr
+    assert lines[0].startswith("train: steps 1-2 in ") and lines[1].split() == ["step", "train", "held-out"]
+    assert [line.split()[0] for line in lines[2:-1]] == ["0", "2"]
 
 
-def test_a_run_folder_of_other_data_is_refused(shards, tmp_path):
+def test_a_rerun_with_settings_that_change_the_result_is_refused(shards, two_documents, tmp_path):
     loop.train(_cfg(shards, tmp_path / "run", steps=2, save_every=2), progress=False)
-    manifest = json.loads((shards / "manifest.json").read_text())
-    assert manifest["documents"] == 80
-    with pytest.raises(Exception, match="other data or another preset"):
-        loop.train(_cfg(shards, tmp_path / "run", steps=4, preset="small"), progress=False)
+    for changed, message in (
+        ({"held_out": 0.2}, "--held-out 0.1 -> 0.2"),
+        ({"preset": "small", "steps": 4}, "--preset tiny -> small; --steps 2 -> 4"),
+        ({"lr": 1e-3}, "--lr 0.003 -> 0.001"),
+        ({"data": str(two_documents)}, "--data: other shards"),
+    ):
+        with pytest.raises(
+            StackcurateError, match=f"at step 2 with other settings \\(.*{re.escape(message)}.*--overwrite"
+        ):
+            loop.train(_cfg(shards, tmp_path / "run", **{"steps": 2, **changed}), progress=False)
+    assert [s for s, _ in _losses(tmp_path / "run")] == [0, 1, 2]  # nothing was trained or logged
+    # how to run may change: the finished run is found finished, nothing trained
+    assert loop.train(_cfg(shards, tmp_path / "run", steps=2, eval_every=1, save_every=1), progress=False) == []
+    rows = loop.train(_cfg(shards, tmp_path / "run", steps=3, held_out=0.2, overwrite=True), progress=False)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]  # started anew
+    assert [s for s, _ in _losses(tmp_path / "run")] == [0, 1, 2, 3]
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-3"]
+
+
+def test_two_documents_train_with_a_held_out_split_and_the_manifest_vocabulary(two_documents, tmp_path, caplog):
+    from transformers import AutoConfig, AutoTokenizer
+
+    manifest = json.loads((two_documents / "manifest.json").read_text())
+    assert manifest["documents"] == 2 and manifest["vocab_size"] < 5000  # the tokenizer shrank
+    with caplog.at_level("INFO", logger="stackcurate.train"):
+        rows = loop.train(_cfg(two_documents, tmp_path / "run", steps=4, held_out=0.05, eval_every=2), progress=False)
+    assert [r["step"] for r in rows if r["val_loss"] is not None] == [0, 2, 4]
+    assert all(math.isfinite(r["val_loss"]) for r in rows if r["val_loss"] is not None)
+    held = max(math.ceil(0.05 * manifest["tokens"]), 65)
+    assert f"held out {held:,} of {manifest['tokens']:,} tokens" in caplog.text
+    checkpoint = tmp_path / "run" / "checkpoint-4"
+    assert AutoConfig.from_pretrained(checkpoint).vocab_size == manifest["vocab_size"]
+    assert len(AutoTokenizer.from_pretrained(checkpoint)) == manifest["vocab_size"]
+
+
+def test_a_manifest_that_disagrees_with_its_tokenizer_is_refused(two_documents, tmp_path):
+    copy = tmp_path / "megatron"
+    shutil.copytree(two_documents, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**manifest, "vocab_size": 5000}))
+    with pytest.raises(
+        StackcurateError, match=f"says vocab_size 5000 but its tokenizer .* has {manifest['vocab_size']}"
+    ):
+        data.Shards(copy)
+
+
+def test_unescape_keeps_non_ascii_text():
+    assert cli.unescape(r"# café → naïve\n\tx = '\\n' \d") == "# café → naïve\n\tx = '\\n' \\d"
+
+
+def test_generate_prints_a_non_ascii_prompt_as_given(checkpoint, capsys):
+    rc = cli.main(
+        ["generate", str(checkpoint), "--prompt", r"# café → naïve\ndef f():\n    ", "--max-new-tokens", "4"]
+    )
+    assert rc == 0
+    assert capsys.readouterr().out.startswith("# café → naïve\ndef f():\n    ")
+
+
+def test_generate_heals_a_prompt_that_ends_inside_a_token(checkpoint):
+    """ "\\n    " is one token here, where code has "\\n   " then " name": the model first spells the indent again."""
+    net, tokenizer = generate.load(checkpoint)
+    prompt = "def f(x):\n    "
+    assert tokenizer.convert_ids_to_tokens(tokenizer(prompt)["input_ids"])[-1] == "ĊĠĠĠĠ"
+    for seed in range(4):  # whatever it samples, its first token continues the indent or is part of it
+        first = generate.complete(net, tokenizer, prompt, max_new_tokens=1, temperature=5.0, seed=seed)
+        assert first.strip(" ") == "", first
+    text = generate.complete(net, tokenizer, prompt, max_new_tokens=8)
+    assert len(tokenizer(prompt + text)["input_ids"]) <= len(tokenizer(prompt)["input_ids"]) - 1 + 8
+
+
+def test_train_help_describes_the_command_and_its_required_flags(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = capsys.readouterr().out
+    assert "Rerunning the same command resumes" in text and "--overwrite" in text
+    required = text[text.index("required:") :]
+    assert "--data DATA" in required and "--out OUT" in required and "default: ''" not in text
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--steps", "2"])
+    assert "the following arguments are required: --data, --out" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # no abbreviations: --held is not --held-out
+        cli.main(["train", "--data", "d", "--out", "o", "--held", "0.1"])
+    assert "unrecognized arguments: --held" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--help"])
+    text = capsys.readouterr().out
+    assert all(f"{flag} " in text for flag in ("--prompt", "--suffix", "--max-new-tokens", "--temperature", "--seed"))
+    assert "non-ASCII" in text
 
 
 @pytest.mark.ray
@@ -130,8 +297,8 @@ def test_ray_train_with_two_workers_matches_one_process(shards, tmp_path, ray_lo
         _cfg(shards, tmp_path / "two", steps=4, micro_batch=4, grad_accum=1), workers=2, progress=False
     )  # DDP over Gloo: each rank reads half of the same 8 samples a step, gradients averaged
     assert two and two[-1]["step"] == 4
-    straight = [float(loss) for _, loss in _losses(tmp_path / "one")]
-    ddp = [float(loss) for _, loss in _losses(tmp_path / "two")]
+    straight = [float(loss) for _, loss in _losses(tmp_path / "one") if loss]  # step 0: held-out loss only
+    ddp = [float(loss) for _, loss in _losses(tmp_path / "two") if loss]
     assert np.allclose(straight, ddp, rtol=1e-4), (straight, ddp)
     assert one[-1]["step"] == 4 and (tmp_path / "two" / "checkpoint-4" / "trainer.pt").exists()
 
@@ -155,8 +322,8 @@ def test_torchrun_with_two_processes_matches_one_process(shards, tmp_path, mode)
     extra = ["--fsdp"] if mode == "fsdp" else []
     _torchrun(shards, tmp_path / "two", "--stop-after", "2", *extra)  # interrupted after step 2 ...
     _torchrun(shards, tmp_path / "two", *extra)  # ... and resumed: each rank reads its own samples
-    straight = [float(loss) for _, loss in _losses(tmp_path / "one")]
-    parallel = [float(loss) for _, loss in _losses(tmp_path / "two")]
+    straight = [float(loss) for _, loss in _losses(tmp_path / "one") if loss]  # step 0: held-out loss only
+    parallel = [float(loss) for _, loss in _losses(tmp_path / "two") if loss]
     assert np.allclose(straight, parallel, rtol=1e-4), (straight, parallel)
     assert AutoConfig.from_pretrained(tmp_path / "two" / "checkpoint-4").architectures == ["Starcoder2ForCausalLM"]
 

@@ -1,10 +1,13 @@
 """Training samples from the tokenize stage's Megatron shards, as Megatron-LM's GPT dataset builds them.
 
 The shards are read through numpy memmaps (`.idx` parsed here: magic, version 1, dtype code, counts, then
-lengths, byte offsets and document indices; the layout is core/megatron.py's). Documents are split into a
-training and a held-out set by a seeded hash of their position, then the training documents are shuffled
-with `RandomState(seed + epoch)` and laid end to end; sample i is tokens `[i * T, i * T + T + 1)` of that
-stream, so samples pack across document boundaries and overlap by one token (input and shifted target).
+lengths, byte offsets and document indices; the layout is core/megatron.py's). A share of the tokens is held
+out for the validation loss (:func:`hold_out`): whole documents in a seeded order, the last one cut to fit, so
+even a corpus of two documents has a held-out split. Each epoch, with `RandomState(seed + 1 + epoch)`, the
+pieces are shuffled and laid end to end, and the samples are shuffled too: sample i of the epoch is tokens
+`[j * T, j * T + T + 1)` of that stream, j its place in the shuffle. Samples pack across document boundaries
+and overlap by one token (input and shifted target); a batch draws from the whole corpus, not from the one
+repository the stream is at (Megatron's sample and shuffle indices).
 
 Sample i is a pure function of (seed, i): the data position is one integer, stored in every checkpoint, and
 a resumed run reads exactly the samples an uninterrupted one would. Each rank of a data-parallel run reads
@@ -12,6 +15,7 @@ the samples `i` with `i % world == rank`.
 """
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,13 +23,6 @@ import numpy as np
 
 from stackcurate.core import megatron
 from stackcurate.core.errors import StackcurateError
-
-
-@dataclass(frozen=True)
-class Document:
-    shard: int
-    offset: int  # in tokens, inside the shard's .bin
-    length: int
 
 
 def _read_index(prefix: Path) -> tuple[np.dtype, np.ndarray, np.ndarray]:
@@ -54,6 +51,28 @@ class Shards:
         self.starts = np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
         self.lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
         self.shard_of = np.concatenate(shard_of) if shard_of else np.zeros(0, dtype=np.int32)
+        self._check_vocabulary(manifest_path)
+
+    def _check_vocabulary(self, manifest_path: Path) -> None:
+        """The model gets `vocab_size` ids, so it must be the tokenizer's real size: a tokenizer trained on
+        little text has fewer ids than asked for (the tokenize stage records what it got)."""
+        size = self.vocab_size
+        special = self.manifest.get("special_tokens", {})
+        beyond = {token: i for token, i in special.items() if not 0 <= i < size}
+        if beyond:
+            raise StackcurateError(
+                f"{manifest_path} gives special token ids {beyond} outside its vocab_size {size}; rerun tokenize"
+            )
+        tokenizer = Path(self.manifest.get("tokenizer", "")) / "tokenizer.json"
+        if tokenizer.is_file():
+            from tokenizers import Tokenizer
+
+            found = Tokenizer.from_file(str(tokenizer)).get_vocab_size()
+            if found != size:
+                raise StackcurateError(
+                    f"{manifest_path} says vocab_size {size} but its tokenizer {tokenizer} has {found} ids; "
+                    "rerun tokenize so that shards, manifest and tokenizer agree"
+                )
 
     @property
     def vocab_size(self) -> int:
@@ -64,46 +83,112 @@ class Shards:
         return self.tokens[int(self.shard_of[i])][start : start + int(self.lengths[i])]
 
 
-class Samples:
-    """Packed samples of `seq_len + 1` tokens over one split of the documents."""
+@dataclass(frozen=True)
+class Pieces:
+    """Token ranges of documents: piece k is tokens `[first[k], first[k] + lengths[k])` of document `docs[k]`."""
 
-    def __init__(self, shards: Shards, seq_len: int, seed: int, split: str, held_out: float) -> None:
-        if split not in ("train", "valid"):
-            raise ValueError(split)
-        self.shards, self.seq_len, self.seed = shards, seq_len, seed
-        n = len(shards.lengths)
-        draw = np.random.RandomState(seed).random_sample(n)  # a document's split depends on the seed only
-        chosen = draw < held_out if split == "valid" else draw >= held_out
-        self.docs = np.nonzero(chosen)[0]
-        self.tokens_per_epoch = int(shards.lengths[self.docs].sum())
-        self.per_epoch = max(0, (self.tokens_per_epoch - 1) // seq_len)
+    docs: np.ndarray
+    first: np.ndarray
+    lengths: np.ndarray
+
+    @property
+    def tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+@dataclass(frozen=True)
+class Split:
+    """The training and held-out pieces of a corpus, and how the held-out ones were chosen."""
+
+    train: Pieces
+    valid: Pieces
+    whole: int  # documents held out whole
+    cut: int  # tokens held out from the head of one more document (0: none)
+
+    def describe(self) -> str:
+        total = self.train.tokens + self.valid.tokens
+        if not self.valid.tokens:
+            return f"nothing held out: {total:,} tokens of {self.whole + len(self.train.docs)} documents to train on"
+        parts = [f"{self.whole} whole document{'s' if self.whole > 1 else ''}"] if self.whole else []
+        if self.cut:
+            parts.append(f"the first {self.cut:,} tokens of {'another' if self.whole else 'one'}")
+        return (
+            f"held out {self.valid.tokens:,} of {total:,} tokens ({self.valid.tokens / total:.1%}) for the "
+            f"validation loss: {' and '.join(parts)}"
+        )
+
+
+def hold_out(shards: Shards, share: float, seq_len: int, seed: int) -> Split:
+    """Hold out `share` of the tokens, at least one sample of `seq_len + 1`, the rest to train on.
+
+    Documents go to the held-out split whole, in an order drawn from `seed`, until the next one would pass the
+    target; that one is cut: its head is held out, its tail trained on. Splitting by documents alone left a
+    small corpus (six documents) without any held-out token."""
+    n = len(shards.lengths)
+    lengths = shards.lengths.astype(np.int64)
+    total, sample = int(lengths.sum()), seq_len + 1
+    target = max(math.ceil(share * total), sample) if share > 0 else 0
+    if total - target < sample:
+        held = f"{target:,} held out and " if target else ""
+        raise StackcurateError(
+            f"the shards hold {total:,} tokens: too few for {held}a training sample of {sample} tokens; "
+            "tokenize more data or lower --seq-len" + (" or --held-out" if target else "")
+        )
+    order = np.random.RandomState(seed).permutation(n)  # a document's split depends on the seed only
+    ends = np.cumsum(lengths[order])
+    whole = int(np.searchsorted(ends, target, side="right"))  # documents that fit under the target entirely
+    cut = target - (int(ends[whole - 1]) if whole else 0)
+    valid, train = order[: whole + (cut > 0)], order[whole:]
+    valid_lengths, train_first = lengths[valid], np.zeros(len(train), dtype=np.int64)
+    train_lengths = lengths[train]
+    if cut:  # the document that crosses the target: its first `cut` tokens are held out, the rest trained on
+        valid_lengths[-1] = cut
+        train_first[0] = cut
+        train_lengths[0] -= cut
+    return Split(
+        train=Pieces(train, train_first, train_lengths),
+        valid=Pieces(valid, np.zeros(len(valid), dtype=np.int64), valid_lengths),
+        whole=whole,
+        cut=cut,
+    )
+
+
+class Samples:
+    """Packed samples of `seq_len + 1` tokens over pieces of the documents (one split)."""
+
+    def __init__(self, shards: Shards, pieces: Pieces, seq_len: int, seed: int) -> None:
+        self.shards, self.pieces, self.seq_len, self.seed = shards, pieces, seq_len, seed
+        self.per_epoch = max(0, (pieces.tokens - 1) // seq_len)
         if self.per_epoch == 0:
-            raise StackcurateError(
-                f"the {split} split holds {self.tokens_per_epoch} tokens, fewer than one sample of "
-                f"{seq_len + 1}; tokenize more data or lower --seq-len" + (" / --held-out" if split == "valid" else "")
-            )
+            raise ValueError(f"{pieces.tokens} tokens hold no sample of {seq_len + 1}")  # hold_out makes sure
         self._epoch = -1
-        self._order = self._ends = np.zeros(0, dtype=np.int64)
+        self._order = self._ends = self._shuffle = np.zeros(0, dtype=np.int64)
 
     def _load_epoch(self, epoch: int) -> None:
         if epoch != self._epoch:
             rng = np.random.RandomState((self.seed + 1 + epoch) % 2**32)
-            self._order = self.docs[rng.permutation(len(self.docs))]
-            self._ends = np.cumsum(self.shards.lengths[self._order])
+            self._order = rng.permutation(len(self.pieces.docs))
+            self._ends = np.cumsum(self.pieces.lengths[self._order])
+            self._shuffle = rng.permutation(self.per_epoch)
             self._epoch = epoch
+
+    def piece(self, k: int) -> np.ndarray:
+        first = int(self.pieces.first[k])
+        return self.shards.document(int(self.pieces.docs[k]))[first : first + int(self.pieces.lengths[k])]
 
     def __getitem__(self, index: int) -> np.ndarray:
         """Sample `index` (any non-negative integer: epochs follow each other, each reshuffled)."""
         epoch, i = divmod(index, self.per_epoch)
         self._load_epoch(epoch)
-        start, stop = i * self.seq_len, i * self.seq_len + self.seq_len + 1
+        j = int(self._shuffle[i])
+        start, stop = j * self.seq_len, j * self.seq_len + self.seq_len + 1
         first = int(np.searchsorted(self._ends, start, side="right"))
         parts, at = [], start
         d = first
         while at < stop:
-            doc_start = int(self._ends[d - 1]) if d > 0 else 0
-            tokens = self.shards.document(int(self._order[d]))
-            take = tokens[at - doc_start : min(stop - doc_start, len(tokens))]
+            piece_start = int(self._ends[d - 1]) if d > 0 else 0
+            tokens = self.piece(int(self._order[d]))
+            take = tokens[at - piece_start : min(stop - piece_start, len(tokens))]
             parts.append(take)
             at += len(take)
             d += 1

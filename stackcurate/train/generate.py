@@ -19,32 +19,64 @@ def load(checkpoint: str | Path) -> tuple[Any, Any]:
         raise StackcurateError(f"{checkpoint} is not a checkpoint folder (no config.json); pass checkpoint-<step>")
     if not (path / "tokenizer.json").is_file():
         raise StackcurateError(f"{checkpoint} has no tokenizer.json; copy the run's tokenizer folder into it")
-    return Starcoder2ForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+    net, tokenizer = Starcoder2ForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+    if net.config.vocab_size != len(tokenizer):  # the model's ids are the manifest's, which are the tokenizer's
+        raise StackcurateError(
+            f"{checkpoint}: the model has {net.config.vocab_size} token ids but tokenizer.json {len(tokenizer)}; "
+            "copy in the tokenizer the shards were made with"
+        )
+    return net, tokenizer
 
 
 def complete(
     net: Any, tokenizer: Any, prompt: str, *, suffix: str | None = None, max_new_tokens: int = 64,
-    temperature: float = 0.0, seed: int = 0,
+    temperature: float = 0.0, top_k: int = 0, seed: int = 0,
 ) -> str:  # fmt: skip
-    """The text the model writes after `prompt` (or between `prompt` and `suffix`, with FIM)."""
+    """The text the model writes after `prompt` (or between `prompt` and `suffix`, with FIM): greedy with
+    `temperature` 0, else sampled (among the `top_k` likeliest tokens, if above 0).
+
+    A plain prompt is healed: its last token is taken back, and the first tokens written must spell its text
+    again, split as the model likes, before going on. A prompt often stops where training text never splits:
+    "def main():\\n    " ends in one token of a newline and four spaces, where code has a newline and three
+    spaces, then " return"; without healing the model goes on from a token it has barely seen."""
     import torch
 
-    text = f"{FIM_PREFIX}{prompt}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}" if suffix is not None else prompt
-    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
-    torch.manual_seed(seed)
     eod = tokenizer.convert_tokens_to_ids(EOD)
+    text = f"{FIM_PREFIX}{prompt}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}" if suffix is not None else prompt
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] or [eod]  # nothing to complete: a new document
+    special = set(tokenizer.all_special_ids)
+    heal = suffix is None and len(ids) > 1 and ids[-1] not in special
+    head = ids[:-1] if heal else ids
+    every = list(range(len(tokenizer)))
+    # byte-level token texts ("ĊĠĠĠ" is a newline and three spaces): the healed tokens, concatenated, begin
+    # with the tail's text
+    texts = {i: token for token, i in tokenizer.get_vocab().items() if i not in special and token}
+    tail = tokenizer.convert_ids_to_tokens(ids[-1]) if heal else ""
+
+    def allowed(batch: int, sofar: Any) -> list[int]:
+        spelled = "".join(texts.get(i, "") for i in sofar[len(head) :].tolist())
+        rest = tail[len(spelled) :]
+        if not rest:
+            return every
+        return [i for i, token in texts.items() if token.startswith(rest) or rest.startswith(token)]
+
+    torch.manual_seed(seed)
     with torch.no_grad():
         out = net.generate(
-            ids,
+            torch.tensor([head]),
             max_new_tokens=max_new_tokens,
             do_sample=temperature > 0,
             temperature=temperature if temperature > 0 else None,
             top_p=None,
-            top_k=None,
+            top_k=top_k if temperature > 0 and top_k > 0 else None,
             eos_token_id=eod,
             pad_token_id=eod,
+            prefix_allowed_tokens_fn=allowed if heal else None,
         )
-    new = out[0, ids.shape[1] :].tolist()
+    new = out[0, len(head) :].tolist()
     if eod in new:
         new = new[: new.index(eod)]
-    return tokenizer.decode(new)
+    if not heal:
+        return tokenizer.decode(new, clean_up_tokenization_spaces=False)
+    written = tokenizer.decode(head + new, clean_up_tokenization_spaces=False)
+    return written[len(prompt) :] if written.startswith(prompt) else ""  # "": stopped before the tail was spelled

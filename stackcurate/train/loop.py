@@ -1,13 +1,14 @@
-"""The training loop: AdamW, warmup + cosine, accumulation, clipping, bf16 on GPU, exact resume.
+"""The training loop: fused AdamW, warmup + cosine, accumulation, clipping, bf16 autocast on GPU, exact resume.
 
 One process per device. Under `torchrun` (or Ray Train's TorchTrainer, which sets the same variables) each
 rank joins the process group and wraps the model in DDP, or with `fsdp` shards it with FSDP2 (`fully_shard`
 per decoder layer, then the root); alone it trains on the one device it has (a GPU, else the CPU).
 
 A checkpoint is `checkpoint-<step>/`: the model in HF format (`from_pretrained` loads it) with the tokenizer
-beside it, and `trainer.pt` with the optimizer, scheduler, every RNG state and the data
-position, so a resumed run continues the same loss curve. Metrics go to `metrics.csv`: step, tokens, loss,
-learning rate, tokens/s, MFU and, every `eval_every` steps, the held-out loss.
+beside it, and `trainer.pt` with the optimizer, scheduler, every RNG state, the data position and the settings,
+so a resumed run continues the same loss curve; a rerun with settings that change the result is refused
+(`--overwrite` starts anew). Metrics go to `metrics.csv`: step, tokens, loss, learning rate, tokens/s, MFU
+and, before the first step and every `eval_every` steps, the held-out loss.
 
 MFU = tokens/s x FLOPs per token (`model.flops_per_token`: 6 N + 12 L d T) / (devices x peak FLOP/s),
 the peak being 989 TFLOP/s for an H100's dense bf16 (or `--peak-tflops`); it is not reported on CPU.
@@ -15,8 +16,10 @@ the peak being 989 TFLOP/s for an H100's dense bf16 (or `--peak-tflops`); it is 
 
 import contextlib
 import csv
+import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import shutil
@@ -27,50 +30,87 @@ from typing import Any
 
 import numpy as np
 
-from stackcurate.core.config import option
+from stackcurate.core.config import option, output_settings
 from stackcurate.core.errors import StackcurateError
 from stackcurate.train import data, model
 
+log = logging.getLogger(__name__)
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """What to train on, the model size, and the optimizer and checkpoint settings (flags: `add_flags`)."""
+    """What to train on, the model size, and the optimizer and checkpoint settings (flags: `add_flags`).
 
-    data: str = option("", "the tokenize stage's megatron folder (manifest.json + shard_*.bin/.idx); required")
-    out: str = option("", "run folder: checkpoints and metrics.csv (a rerun resumes from its last one); required")
+    The settings marked `output=False` only say how to run (where, how often to evaluate or save); a rerun into
+    the same `out` may change them and resume. Any other change is refused, since the resumed run would no
+    longer be the one its first steps belong to."""
+
+    data: str = option("", "the tokenize stage's megatron folder (manifest.json + shard_*.bin/.idx)")
+    out: str = option("", "run folder: checkpoints and metrics.csv (a rerun resumes from its last one)", output=False)
     preset: str = option("tiny", f"model size: {', '.join(model.PRESETS)}")
     seq_len: int = option(256, "tokens per sample")
     micro_batch: int = option(8, "samples per forward pass, per device")
     grad_accum: int = option(1, "micro-batches per optimizer step")
-    steps: int = option(100, "optimizer steps")
-    lr: float = option(3e-4, "peak learning rate")
-    min_lr: float = option(3e-5, "learning rate at the end of the cosine")
+    steps: int = option(100, "optimizer steps (the cosine ends there)")
+    lr: float | None = option(None, "peak learning rate (default: the preset's, " + ", ".join(
+        f"{name} {p.lr:g}" for name, p in model.PRESETS.items()) + ")")  # fmt: skip
+    min_lr: float | None = option(None, "learning rate at the end of the cosine (default: a tenth of --lr)")
     warmup: int = option(10, "linear warmup steps")
     weight_decay: float = option(0.1, "AdamW weight decay (not on biases, norms and embeddings)")
     clip: float = option(1.0, "gradient norm clip")
-    held_out: float = option(0.05, "share of documents kept for the validation loss")
-    eval_every: int = option(50, "steps between validation losses (and the last step)")
-    eval_batches: int = option(4, "micro-batches per validation loss")
-    save_every: int = option(50, "steps between checkpoints (and the last step)")
-    seed: int = option(42, "seed of the initial weights, the data split and the document order")
-    device: str = option("auto", "auto (a GPU if there is one), cuda, cpu")
-    compile: bool = option(False, "torch.compile the model (GPU)")
+    held_out: float = option(
+        0.05, "share of the tokens kept for the validation loss (whole documents in a seeded order, the last one "
+        "cut to fit; at least one sample)",
+    )  # fmt: skip
+    eval_every: int = option(50, "steps between held-out losses (also before the first and at the last)", output=False)
+    eval_batches: int = option(4, "micro-batches per validation loss (fewer if the held-out split is smaller)")
+    save_every: int = option(50, "steps between checkpoints (and the last step)", output=False)
+    seed: int = option(42, "seed of the initial weights, the held-out split and the order of documents and samples")
+    device: str = option("auto", "auto (a GPU if there is one), cuda, cpu", output=False)
+    compile: bool = option(False, "torch.compile the model (GPU)", output=False)
+    bf16: bool | None = option(None, "bf16 autocast (default: on a GPU; a CPU without bf16 units runs it slowly)")
     fsdp: bool = option(False, "with several processes, shard weights, gradients and optimizer state (FSDP2)")
-    peak_tflops: float | None = option(None, "peak FLOP/s of one device for MFU (default: from the GPU's name)")
-    stop_after: int | None = option(None, "stop after this step as if interrupted (testing resume)")
+    peak_tflops: float | None = option(
+        None, "peak FLOP/s of one device for MFU (default: from the GPU's name)", output=False
+    )
+    stop_after: int | None = option(None, "stop after this step as if interrupted (testing resume)", output=False)
+    overwrite: bool = option(False, "start anew: delete the checkpoints and metrics.csv in --out", output=False)
 
     def __post_init__(self) -> None:
         if not self.data or not self.out:
             raise ValueError("--data (the megatron folder) and --out (the run folder) are required")
 
 
+def _rates(cfg: TrainConfig) -> tuple[float, float]:
+    """The peak and final learning rates: as given, else the preset's peak and a tenth of the peak."""
+    if cfg.preset not in model.PRESETS:
+        raise StackcurateError(f"unknown preset '{cfg.preset}'; presets: {', '.join(model.PRESETS)}")
+    peak = cfg.lr if cfg.lr is not None else model.PRESETS[cfg.preset].lr
+    return peak, cfg.min_lr if cfg.min_lr is not None else peak / 10
+
+
+def resolved(cfg: TrainConfig) -> TrainConfig:
+    """`cfg` with the defaults that depend on other settings filled in (the learning rates)."""
+    peak, floor = _rates(cfg)
+    return replace(cfg, lr=peak, min_lr=floor)
+
+
+def _changes(saved: dict[str, Any], cfg: TrainConfig) -> list[str]:
+    """The settings that change the result (all but `output=False` ones) where `cfg` differs from the saved
+    config of a run; the data is compared by its manifest's digest, not its path."""
+    names = {f.name for f in dataclasses.fields(TrainConfig)}
+    before = output_settings(resolved(TrainConfig(**{k: v for k, v in saved.items() if k in names})))
+    now = output_settings(cfg)
+    return [f"--{k.replace('_', '-')} {before[k]} -> {now[k]}" for k in now if k != "data" and before[k] != now[k]]
+
+
 def _lr(step: int, cfg: TrainConfig) -> float:
+    peak, floor = _rates(cfg)
     if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
+        return peak * (step + 1) / cfg.warmup
     progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
-    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+    return floor + 0.5 * (peak - floor) * (1 + math.cos(math.pi * progress))
 
 
 def _distributed() -> tuple[int, int, int]:
@@ -112,11 +152,17 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
             raise StackcurateError("--device cuda, but torch sees no GPU; pass --device cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    cfg = resolved(cfg)
     shards = data.Shards(cfg.data)
-    train_set = data.Samples(shards, cfg.seq_len, cfg.seed, "train", cfg.held_out)
-    valid_set = data.Samples(shards, cfg.seq_len, cfg.seed, "valid", cfg.held_out) if cfg.held_out > 0 else None
+    split = data.hold_out(shards, cfg.held_out, cfg.seq_len, cfg.seed)
+    train_set = data.Samples(shards, split.train, cfg.seq_len, cfg.seed)
+    valid_set = data.Samples(shards, split.valid, cfg.seq_len, cfg.seed) if split.valid.tokens else None
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.overwrite and rank == 0:
+        _clear(out)
+    if cfg.overwrite and dist.is_initialized():
+        dist.barrier()  # no rank looks for a checkpoint before rank 0 has deleted them
 
     torch.manual_seed(cfg.seed)
     net_cfg = model.config(cfg.preset, shards.vocab_size, cfg.seq_len, shards.manifest.get("special_tokens", {}))
@@ -132,19 +178,22 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
     no_decay = [p for n, p in net.named_parameters() if p.dim() < 2 or "embed" in n]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda" and not fsdp,
+        lr=_rates(cfg)[0], betas=(0.9, 0.95), eps=1e-8, fused=not fsdp,  # one kernel, on GPU and CPU alike
     )  # fmt: skip
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr(s, cfg) / cfg.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr(s, cfg) / _rates(cfg)[0])
     step, position = 0, 0
     resume = _latest(out)
     if resume is not None:
         state = torch.load(resume / "trainer.pt", map_location="cpu", weights_only=False)
-        if state.get("manifest_sha256") != _digest(cfg.data) or state["config"]["preset"] != cfg.preset:
-            raise StackcurateError(f"{out} holds a run of other data or another preset; choose another --out")
-        if state.get("world", 1) != world or state["config"].get("fsdp", False) != cfg.fsdp:
+        changes = _changes(state["config"], cfg)
+        if state.get("manifest_sha256") != _digest(cfg.data):
+            changes.insert(0, "--data: other shards (another manifest.json)")
+        if state.get("world", 1) != world:  # the data position would mean other samples
+            changes.append(f"processes {state.get('world', 1)} -> {world}")
+        if changes:
             raise StackcurateError(
-                f"{out} was trained by {state.get('world', 1)} process(es) (fsdp={state['config'].get('fsdp')}); "
-                "resume it the same way, so the data position means the same samples"
+                f"{out} holds a run at step {state['step']} with other settings ({'; '.join(changes)}); rerun "
+                "with its settings to resume it, or pass --overwrite (or another --out) to start anew"
             )
         from transformers import Starcoder2ForCausalLM
 
@@ -168,6 +217,11 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         np.random.set_state(state["rng"]["numpy"])
         if device.type == "cuda" and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state(state["rng"]["cuda"], device)
+        if rank == 0:
+            _truncate(out / "metrics.csv", step)  # rows an interrupted run logged after its last checkpoint
+            log.info("resuming from %s", resume)
+    if rank == 0:
+        log.info("%s", split.describe())
     wrapped: Any = net
     if world > 1 and not fsdp:
         from torch.nn.parallel import DistributedDataParallel
@@ -175,7 +229,8 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         wrapped = DistributedDataParallel(net, device_ids=[local_rank] if device.type == "cuda" else None)
     if cfg.compile:
         wrapped = torch.compile(wrapped)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"  # matmuls in bf16, weights and loss in fp32
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     flops = model.flops_per_token(net_cfg, cfg.seq_len)
     peak = _peak(cfg, torch, device)
     tokens_per_step = cfg.micro_batch * cfg.grad_accum * cfg.seq_len * world
@@ -186,18 +241,26 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
             logits = wrapped(input_ids=tokens[:, :-1]).logits
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), tokens[:, 1:].reshape(-1))
 
+    # the same held-out samples every time, each read once (a small split holds fewer than eval_batches)
+    eval_batches = min(cfg.eval_batches, max(1, valid_set.per_epoch // (cfg.micro_batch * world))) if valid_set else 0
+
     def validation() -> float | None:
         if valid_set is None:
             return None
         net.eval()
         with torch.no_grad():
             losses = [loss_of(valid_set.batch(i * cfg.micro_batch, cfg.micro_batch, rank, world)).item()
-                      for i in range(cfg.eval_batches)]  # fmt: skip
+                      for i in range(eval_batches)]  # fmt: skip
         net.train()
         return _mean_over_ranks(float(np.mean(losses)), world, torch, device)
 
     metrics_path = out / "metrics.csv"
     rows: list[dict[str, Any]] = []
+    if step == 0 and valid_set is not None:  # where the held-out loss starts: about ln(vocab_size)
+        rows.append({"step": 0, "tokens": 0, "loss": None, "lr": None, "tokens_per_s": None, "mfu": None,
+                     "val_loss": validation()})  # fmt: skip
+        if rank == 0:
+            _append(metrics_path, rows[-1])
     last = cfg.steps if cfg.stop_after is None else min(cfg.steps, cfg.stop_after)
     bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
     net.train()
@@ -274,24 +337,70 @@ def train_on_ray(
     def per_worker() -> None:
         from ray import train as ray_train
 
+        from stackcurate.core import log as logs
+
+        logs.setup()  # what the loop logs (the held-out split) reaches the driver's terminal
         train(cfg, progress=progress and ray_train.get_context().get_world_rank() == 0)
 
-    before = len(_read_metrics(out / "metrics.csv"))
+    latest = _latest(out)
+    start = -1 if cfg.overwrite or latest is None else int(latest.name.split("-")[1])  # the rows after it are new
     TorchTrainer(
         per_worker,
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu),
         run_config=RunConfig(storage_path=str(out / "ray"), name="train"),
     ).fit()
-    return _read_metrics(out / "metrics.csv")[before:]  # rank 0 wrote them
+    return [row for row in read_metrics(out) if row["step"] > start]  # rank 0 wrote them
 
 
-def _read_metrics(path: Path) -> list[dict[str, Any]]:
+def read_metrics(out: str | Path) -> list[dict[str, Any]]:
+    """Every row of a run's `metrics.csv` (none before it starts)."""
+    path = Path(out) / "metrics.csv"
     if not path.exists():
         return []
     with path.open() as f:
         rows = list(csv.DictReader(f))
     return [{k: (None if v == "" else int(v) if k in ("step", "tokens") else float(v)) for k, v in r.items()}
             for r in rows]  # fmt: skip
+
+
+def curve(rows: list[dict[str, Any]], lines: int = 8) -> list[str]:
+    """The loss curve in a few lines: the held-out loss where it was measured (at most `lines` of them, the
+    first and last kept) and the mean training loss of the steps since the line before."""
+    if not rows:
+        return []
+    marks = [i for i, r in enumerate(rows) if r["val_loss"] is not None] or list(range(len(rows)))
+    count = min(lines, len(marks))
+    shown = sorted({marks[round(k * (len(marks) - 1) / max(1, count - 1))] for k in range(count)})
+    text = [f"{'step':>8} {'train':>8} {'held-out':>9}"]
+    before = -1
+    for i in shown:
+        losses = [r["loss"] for r in rows[before + 1 : i + 1] if r["loss"] is not None]
+        train_loss = f"{np.mean(losses):.3f}" if losses else "-"
+        held = f"{rows[i]['val_loss']:.3f}" if rows[i]["val_loss"] is not None else "-"
+        text.append(f"{rows[i]['step']:>8} {train_loss:>8} {held:>9}")
+        before = i
+    return text
+
+
+def _clear(out: Path) -> None:
+    """What an earlier run left in `out`: its checkpoints and metrics (not the folder: it may hold more)."""
+    for old in [*out.glob("checkpoint-*"), *out.glob(".checkpoint-*.tmp")]:
+        shutil.rmtree(old)
+    (out / "metrics.csv").unlink(missing_ok=True)
+
+
+def _truncate(path: Path, step: int) -> None:
+    """Keep the metrics rows up to `step`."""
+    if not path.exists():
+        return
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    kept = [r for r in rows if int(r["step"]) <= step]
+    if len(kept) < len(rows):
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(kept)
 
 
 def _mean_over_ranks(value: float, world: int, torch: Any, device: Any) -> float:
