@@ -42,6 +42,12 @@ LANGUAGES_SQL = """select stage, language, sum(value) filter (metric = 'docs_out
     where language is not null and metric in ('docs_out', 'bytes_out') group by all order by stage, bytes desc"""
 METRICS_SQL = """select stage, metric, if(metric in ('rss_peak', 'workers'), max(value), sum(value)) as value
     from stats group by stage, metric"""
+# Per language: the MB each stage removed (a language is known from the language stage on; ingest's removals
+# of files whose language is not known yet count as "(unknown)").
+REMOVED_BY_LANGUAGE_SQL = """select coalesce(language, '(unknown)') as language, stage, sum(value) as bytes
+    from stats where metric = 'bytes_removed' group by all"""
+TOKENS_BY_LANGUAGE_SQL = """select coalesce(language, '(unknown)') as language, sum(n_tokens)::bigint as tokens
+    from tokenize group by all order by tokens desc"""
 RUNS_SQL = "select distinct run_id from stats order by run_id"
 DEDUP_SQL = """select reason as size, sum(value)::bigint as clusters from stats
     where stage = 'dedup_clusters' and metric = 'clusters' group by all order by clusters desc"""
@@ -130,6 +136,8 @@ def summarize(out: str | Path) -> dict[str, Any]:
         "performance": [_performance(stage, totals) for stage in stages],
         "examples": examples,
         "languages": [r | {"docs": int(r["docs"] or 0), "bytes": int(r["bytes"] or 0)} for r in languages],
+        "removed_by_language": [r | {"bytes": int(r["bytes"] or 0)} for r in _rows(con, REMOVED_BY_LANGUAGE_SQL)],
+        "tokens_by_language": _rows(con, TOKENS_BY_LANGUAGE_SQL) if "tokenize" in views else [],
         "dedup": _rows(con, DEDUP_SQL) if "dedup_clusters" in totals else [],
         "pii": _rows(con, PII_SQL) if "pii" in totals else [],
         "licenses": _licenses(con, views, stages),
@@ -301,6 +309,33 @@ def _bars(title: str, items: list[tuple[str, float]], unit: str = "") -> str:
     return f"<h3>{html.escape(title)}</h3>{svg}"
 
 
+def _stacked(title: str, rows: dict[str, dict[str, float]], order: list[str], unit: str = "") -> str:
+    """Horizontal stacked bars as inline SVG: one bar per label, one coloured segment per part, in `order`."""
+    labels = sorted(rows, key=lambda label: -sum(rows[label].values()))[:TOP]
+    if not labels:
+        return f"<h3>{html.escape(title)}</h3><p class=none>nothing to show</p>"
+    colours = ["#4878a8", "#e07b39", "#6aa84f", "#c0392b", "#8e63b5", "#b5a642", "#3fa7a7", "#999999", "#d36ba6",
+               "#5d4037"]  # fmt: skip
+    top, row, width, label_w = max(sum(rows[label].values()) for label in labels), 22, 760, 150
+    marks = []
+    for i, label in enumerate(labels):
+        y, x = i * row, float(label_w)
+        marks.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{html.escape(label[:24])}</text>')
+        for k, part in enumerate(order):
+            w = (width - label_w - 90) * rows[label].get(part, 0.0) / top
+            if w > 0:
+                colour, name = colours[k % len(colours)], html.escape(part)
+                marks.append(f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" fill="{colour}">'
+                             f"<title>{name}</title></rect>")  # fmt: skip
+                x += w
+        marks.append(f'<text x="{x + 6:.1f}" y="{y + 15}">{sum(rows[label].values()):,.1f}{unit}</text>')
+    legend = " ".join(f'<span style="color:{colours[k % len(colours)]}">&#9632;</span> {html.escape(part)}'
+                      for k, part in enumerate(order))  # fmt: skip
+    svg = (f'<svg class=chart width="{width}" height="{len(labels) * row}" font-size="12" '
+           f'font-family="sans-serif">{"".join(marks)}</svg>')  # fmt: skip
+    return f"<h3>{html.escape(title)}</h3><p>{legend}</p>{svg}"
+
+
 def _histogram(score: dict[str, Any]) -> str:
     """One score's histogram as inline SVG, with its threshold as a red line (values past the 1st and 99th
     percentiles are drawn in the edge bins)."""
@@ -355,6 +390,21 @@ def page(summary: dict[str, Any]) -> str:
         for stage in dict.fromkeys([ordered[0], ordered[-1]]):  # the first stage that knows them, and the last
             mb = [(r["language"], r["bytes"] / 1e6) for r in by_stage[stage]]
             parts.append(_bars(f"MB per language after {stage}", mb, " MB"))
+    final = ordered[-1] if ordered else None
+    if summary["removed_by_language"] and final is not None:
+        # each language's MB in: what the last stage kept, and what each stage removed, stacked
+        stacks: dict[str, dict[str, float]] = {}
+        for r in by_stage[final]:
+            stacks.setdefault(r["language"], {})[f"kept after {final}"] = r["bytes"] / 1e6
+        removed = [r for r in summary["removed_by_language"] if r["stage"] in summary["stages"] and r["bytes"]]
+        for r in removed:
+            stacks.setdefault(r["language"], {})[f"removed by {r['stage']}"] = r["bytes"] / 1e6
+        order = [f"kept after {final}"] + [f"removed by {s}" for s in summary["stages"]
+                                            if any(r["stage"] == s for r in removed)]  # fmt: skip
+        parts.append(_stacked("MB per language: kept, and removed by each stage", stacks, order, " MB"))
+    if summary["tokens_by_language"]:
+        parts.append(_bars("Tokens per language (the Megatron shards)",
+                           [(r["language"], r["tokens"]) for r in summary["tokens_by_language"]]))  # fmt: skip
     parts.append("<h2>3. Removed, by stage and reason</h2>")
     for stage in summary["stages"]:
         rows = [r for r in summary["removed_by_reason"] if r["stage"] == stage]

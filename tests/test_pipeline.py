@@ -249,6 +249,10 @@ def test_the_demo_fused_and_with_every_stage_s_rows_gives_the_same_shards_and_re
     assert [{k: v for k, v in m.items() if k != "tokenizer"} for m in manifests][0] == {
         k: v for k, v in manifests[1].items() if k != "tokenizer"
     }
+    # the report of every stage: tokens per language add up to the shards' tokens
+    summary = json.loads((outputs["fused"] / "report" / "summary.json").read_text())
+    assert sum(r["tokens"] for r in summary["tokens_by_language"]) == manifests[0]["tokens"] == summary["tokens"]
+    assert "Tokens per language" in (outputs["fused"] / "report" / "index.html").read_text()
 
 
 def test_the_readme_s_record_stage_runs_fused_and_checks_its_columns(tmp_path):

@@ -274,3 +274,16 @@ def test_filter_examples_name_the_line_that_tripped_the_rule(tmp_path, removed_c
         assert examples["/gen.py"]["line"] == "# This file is auto-generated. Do not edit."
     else:  # by default no removed text is written anywhere, the report included
         assert examples["/long.py"]["line"] is None and "abab" not in (out / "report" / "index.html").read_text()
+
+
+def test_each_language_s_bytes_kept_and_removed_by_each_stage_stack_up(run):
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    removed: dict[str, int] = {}
+    for r in summary["removed_by_language"]:
+        removed[r["stage"]] = removed.get(r["stage"], 0) + r["bytes"]
+    for row in summary["funnel"]:  # the same bytes as the stage's own counters, spread over languages
+        assert removed.get(row["stage"], 0) == row["bytes_removed"], row["stage"]
+    assert any(r["language"] != "(unknown)" and r["bytes"] for r in summary["removed_by_language"])
+    page = (run / "report" / "index.html").read_text()
+    chart = page[page.index("MB per language: kept, and removed by each stage") :].split("</svg>")[0]
+    assert "<title>kept after decontaminate</title>" in chart and "<title>removed by language</title>" in chart
