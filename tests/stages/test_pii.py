@@ -1036,3 +1036,20 @@ def test_real_idioms_are_found(detector, text, expected):
 )
 def test_look_alikes_of_those_idioms_are_not_found(detector, text):
     assert found(detector, text) == []
+
+
+def test_two_runs_starting_together_assemble_the_shipped_model_once(tmp_path):
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "STACKCURATE_CACHE": str(tmp_path / "cache")}
+    code = "from stackcurate.stages.pii import default_model_folder; print(default_model_folder())"
+    runs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]  # fmt: skip
+    results = [run.communicate(timeout=600) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-500:] for _, err in results]
+    folder = Path(results[0][0].strip())
+    assert results[1][0].strip() == str(folder) and (folder / "model.safetensors").is_file()
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name, folder.name + ".lock"]  # no leftovers

@@ -38,6 +38,7 @@ Example:
 """
 
 import dataclasses
+import fcntl
 import functools
 import logging
 import os
@@ -147,9 +148,15 @@ def default_model_folder() -> Path:
     from stackcurate.stages.pii import shipped
 
     folder = default_model()
-    if not shipped.is_current(folder):
-        log.info("assembling the shipped PII model %s in %s", DEFAULT_MODEL, folder)
-        shipped.materialize(folder)
+    if shipped.is_current(folder):
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # One process at a time: two runs starting together on a machine would otherwise write the same folder.
+    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not shipped.is_current(folder):  # not assembled by the process that held the lock before
+            log.info("assembling the shipped PII model %s in %s", DEFAULT_MODEL, folder)
+            shipped.materialize(folder)
     return folder
 
 

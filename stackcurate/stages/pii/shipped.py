@@ -15,7 +15,9 @@ shipped model (see `pii_model/MODEL_CARD.md`).
 
 import hashlib
 import json
+import os
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -112,14 +114,17 @@ def materialize(folder: Path, name: str = DEFAULT_MODEL) -> Path:
     missing, unexpected = model.load_state_dict(changed, strict=False)
     if unexpected or any(not k.startswith(_EMBEDDINGS) for k in missing):
         raise StackcurateError(f"pii: {weights} does not fit a {record['layers']}-layer MiniLM; reinstall stackcurate")
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    shutil.copy(base / "tokenizer.json", tmp / "tokenizer.json")
-    (tmp / "train.json").write_text(json.dumps({**record["train"], "shipped": record["weights_sha256"]}, indent=1))
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp.rename(folder)
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")  # this process's own
+    try:
+        model.save_pretrained(tmp)
+        shutil.copy(base / "tokenizer.json", tmp / "tokenizer.json")
+        report = {**record["train"], "shipped": record["weights_sha256"]}
+        (tmp / "train.json").write_text(json.dumps(report, indent=1))
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
