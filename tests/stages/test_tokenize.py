@@ -201,3 +201,15 @@ def test_train_on_first_use_then_reuse(tmp_path):
     stamp = (trained / "tokenizer.json").stat().st_mtime_ns
     _tokenize(tmp_path, "out", vocab_size=600)  # a rerun keeps the trained tokenizer
     assert (trained / "tokenizer.json").stat().st_mtime_ns == stamp
+
+
+def test_the_training_sample_reads_a_file_cut_into_row_ranges_once(tmp_path):
+    from stackcurate.stages import plan_records
+    from stackcurate.stages.tokenize import TokenizeConfig, _sample
+
+    texts = [f"def f{i}(x):\n    return x + {i}\n" for i in range(2_500)]
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"doc_id": list(range(2_500)), "text": texts}), tmp_path / "in" / "00000.parquet")
+    shards = plan_records(None, str(tmp_path / "in"))
+    assert len(shards) == 3  # a small input is cut into row ranges (core/stage.plan_parquet)
+    assert sorted(_sample(shards, TokenizeConfig())) == sorted(texts)  # each document once

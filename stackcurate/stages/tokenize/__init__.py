@@ -86,10 +86,10 @@ def _text_column(names: list[str], where: str) -> str:
 def _sample(shards: list[Shard], cfg: TokenizeConfig) -> Iterator[str]:
     """A seeded sample of about `train_mb` of the input's text (every document when the input is smaller)."""
     inputs, total = [], 0
-    for shard in shards:
-        fs, path = io.filesystem(shard.path)
+    for uri in dict.fromkeys(shard.path for shard in shards):  # a file cut into row ranges is read once
+        fs, path = io.filesystem(uri)
         names = pq.read_schema(path, filesystem=fs).names
-        column = _text_column(names, shard.path)
+        column = _text_column(names, uri)
         inputs.append((fs, path, column))
         # the format stage's `length_bytes` is its text's UTF-8 size: no need to read the text twice (a record's
         # `length_bytes` is not: redaction changes `content` and keeps it)
@@ -108,10 +108,10 @@ def _sample(shards: list[Shard], cfg: TokenizeConfig) -> Iterator[str]:
 def train_tokenizer(cfg: TokenizeConfig, shards: list[Shard], input_uri: str | None, folder: Path) -> Path:
     """Train on a seeded sample of the input into `folder` (kept if it was trained with the same settings)."""
     files = []
-    for shard in shards:  # size and modification time: a rewritten input trains a new tokenizer
-        fs, path = io.filesystem(shard.path)
+    for uri in dict.fromkeys(shard.path for shard in shards):  # size and modification time: a rewritten input
+        fs, path = io.filesystem(uri)  # trains a new tokenizer
         info = fs.get_file_info(path)
-        files.append([shard.path, info.size, info.mtime_ns])
+        files.append([uri, info.size, info.mtime_ns])
     wanted = {"vocab_size": cfg.vocab_size, "train_mb": cfg.train_mb, "seed": cfg.seed, "input": input_uri,
               "input_files": files}  # fmt: skip
     info = folder / "train.json"
