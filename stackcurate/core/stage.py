@@ -18,7 +18,6 @@ number of workers. A runner (local loop or Ray) only decides where :func:`run_sh
 import hashlib
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from stackcurate.core.phases import Phases
 
 SHARD_DIGITS = 5
-MIN_SHARDS = 16  # a small input is cut into about this many shards (plan_parquet), whatever the workers
 PURGED = "_PURGED"  # in a stage folder whose text `stackcurate purge` deleted (stages/pii/purge.py)
 log = logging.getLogger("stackcurate.stage")
 
@@ -588,44 +586,40 @@ def plan_parquet(
     kind: str = "parquet",
     check: Callable[[str, pa.Schema], None] | None = None,
     size_column: str | None = None,
-    min_shards: int = 1,
-    min_shard_rows: int = 1_000,
 ) -> list[Shard]:
-    """Split Parquet files into shards of at most `rows_per_shard` rows, in file order. An input of fewer than
-    `min_shards * rows_per_shard` rows is cut finer, into about `min_shards` shards of at least `min_shard_rows`
-    rows: a laptop sample of three shards would leave one of two workers idle for its last third. The plan
-    depends on the input alone, never on the number of workers. `check(uri, schema)`
+    """Split Parquet files into shards of at most `rows_per_shard` rows, in file order. `check(uri, schema)`
     vets each readable file's columns before any work (raising a one-line StackcurateError); a file that
     cannot be read becomes an `unreadable` shard, unless the failure is transient (the store is down), which
     stops the plan in one line. Each shard's weight is the sum of `size_column` over its rows when the file
     has that column (metadata that gives each file's size), else its row groups' uncompressed bytes."""
     shards: list[Shard] = []
-    footers: list[tuple[int, str, Any, str, pq.FileMetaData | None, str]] = []
     for source_index, uri in enumerate(files):
         fs, path = io.filesystem(uri, s3)
         try:
-            footers.append((source_index, uri, fs, path, pq.read_metadata(path, filesystem=fs), ""))
+            footer = pq.read_metadata(path, filesystem=fs)
+            n, schema = footer.num_rows, footer.schema.to_arrow_schema()
         except (OSError, pa.ArrowException) as exc:
             if (cause := io.transient_cause(exc)) is not None:
                 raise StackcurateError(
                     f"cannot read {uri}: {cause} ({io.short_error(exc)}); rerun when the store is back"
                 ) from None
-            footers.append((source_index, uri, fs, path, None, f"{type(exc).__name__}: {exc}"))
-    total = sum(footer.num_rows for *_, footer, _ in footers if footer is not None)
-    step = max(1, min(rows_per_shard, max(min_shard_rows, math.ceil(total / max(min_shards, 1)))))
-    for source_index, uri, fs, path, footer, error in footers:
-        if footer is None:
-            shards.append(Shard(index=len(shards), kind="unreadable", path=uri, source_index=source_index,
-                                detail=error))  # fmt: skip
+            shards.append(
+                Shard(
+                    index=len(shards),
+                    kind="unreadable",
+                    path=uri,
+                    source_index=source_index,
+                    detail=f"{type(exc).__name__}: {exc}",
+                )
+            )
             continue
-        n, schema = footer.num_rows, footer.schema.to_arrow_schema()
         if check is not None:
             check(uri, schema)
         # An empty file still gets one (empty) shard: its stage then writes an empty output with the schema,
         # which the next stage reads as an empty input.
         sizes = _row_sizes(fs, path, footer, size_column if size_column in schema.names else None)
-        for start in range(0, max(n, 1), step):
-            stop = min(n, start + step)
+        for start in range(0, max(n, 1), rows_per_shard):
+            stop = min(n, start + rows_per_shard)
             shards.append(
                 Shard(
                     index=len(shards),

@@ -7,7 +7,7 @@ from typing import Any
 
 from stackcurate.core import io
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import MIN_SHARDS, Shard, Stage, TaskContext, plan_parquet
+from stackcurate.core.stage import Shard, Stage, TaskContext, plan_parquet
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,13 @@ class StageSpec:
 
 
 def plan_records(cfg: Any, input_uri: str | None) -> list[Shard]:
-    """One shard per Parquet file of the input folder (an earlier stage's kept rows); a small input's files are
-    cut into row ranges, about MIN_SHARDS shards in all, so that every worker gets work."""
+    """One shard per Parquet file of the input folder (an earlier stage's kept rows)."""
     assert input_uri is not None
     fs, path = io.filesystem(input_uri)
     files = io.expand(fs, io.join(path, "*.parquet")) if "*" not in path else io.expand(fs, path)
     if not files:
         raise StackcurateError(f"no Parquet files in {input_uri}; run the earlier stage first or pass --input")
-    return plan_parquet(files, rows_per_shard=2**62, min_shards=MIN_SHARDS)
+    return plan_parquet(files, rows_per_shard=2**62)
 
 
 def _ingest() -> StageSpec:

@@ -204,12 +204,12 @@ def test_train_on_first_use_then_reuse(tmp_path):
 
 
 def test_the_training_sample_reads_a_file_cut_into_row_ranges_once(tmp_path):
-    from stackcurate.stages import plan_records
+    from stackcurate.core.stage import plan_parquet
     from stackcurate.stages.tokenize import TokenizeConfig, _sample
 
     texts = [f"def f{i}(x):\n    return x + {i}\n" for i in range(2_500)]
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"doc_id": list(range(2_500)), "text": texts}), tmp_path / "in" / "00000.parquet")
-    shards = plan_records(None, str(tmp_path / "in"))
-    assert len(shards) == 3  # a small input is cut into row ranges (core/stage.plan_parquet)
+    shards = plan_parquet([str(tmp_path / "in" / "00000.parquet")], rows_per_shard=1_000)
+    assert len(shards) == 3  # one file, three row ranges
     assert sorted(_sample(shards, TokenizeConfig())) == sorted(texts)  # each document once

@@ -42,7 +42,7 @@ from stackcurate.core import io
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, extension_of, with_reason
-from stackcurate.core.stage import MIN_SHARDS, Shard, StageOutput, plan_parquet
+from stackcurate.core.stage import Shard, StageOutput, plan_parquet
 from stackcurate.stages.ingest import fetch, sources
 from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placeholder, sha1_hex
 from stackcurate.stages.ingest.fetch import FetchOptions
@@ -84,10 +84,7 @@ class IngestConfig:
     max_depth: int = option(64, "drop files deeper than this many path components (SC2: 64)")
     bomb_ratio: float = option(100.0, "inflated/compressed ratio past the cap that marks a decompression bomb")
     verify_hashes: bool = option(True, "check blob_id = sha1(bytes) and content_id = git blob hash")
-    rows_per_shard: int = option(20_000, "metadata rows per shard (the unit of work and of resume), at most")
-    min_shards: int = option(
-        MIN_SHARDS, "cut smaller metadata into about this many shards (of 1,000 rows at least): work for every worker"
-    )
+    rows_per_shard: int = option(20_000, "metadata rows per shard (the unit of work and of resume)")
     batch_rows: int = option(512, "rows per in-memory batch")
     fetch_concurrency: int = option(256, "content-store reads in flight per worker", output=False)
     fetch_buffer_mb: float = option(
@@ -167,17 +164,14 @@ def plan(cfg: IngestConfig, metadata_from: str | None = None) -> list[Shard]:
         raise StackcurateError("--metadata needs --content, the store holding content/<blob_id> objects")
     if cfg.fetch_retries < 0 or cfg.fetch_backoff < 0:
         raise StackcurateError("--fetch-retries and --fetch-backoff may not be negative")
-    if cfg.rows_per_shard < 1 or cfg.min_shards < 1:
-        raise StackcurateError("--rows-per-shard and --min-shards must be at least 1")
     if cfg.fetch_concurrency < 1 or cfg.fetch_buffer_mb <= 0:
         raise StackcurateError("--fetch-concurrency and --fetch-buffer-mb must be positive")
     if cfg.content:
         fetch.check_store(cfg.content)
     metadata = _expand_all(cfg.metadata, cfg.s3, "metadata")
     shards = plan_parquet(
-        metadata, cfg.rows_per_shard, cfg.s3, kind="stack_v2", check=sources.check_metadata,
-        size_column="length_bytes", min_shards=cfg.min_shards,
-    )  # fmt: skip
+        metadata, cfg.rows_per_shard, cfg.s3, kind="stack_v2", check=sources.check_metadata, size_column="length_bytes"
+    )
     inputs = [(_bundle_kind(uri), uri) for uri in _expand_all(cfg.bundles, cfg.s3, "bundle")]
     for repo in cfg.repos:
         if not Path(repo).is_dir():
