@@ -204,7 +204,7 @@ def _run_group(
     executor.take_workers()
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     source = None if first.reads_records else members[0]  # a pass of a fused stage reads through ingest
-    ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, partial(_map, executor),
+    ctx = TaskContext(out, input_uri, shards, opts.overwrite, run_id, executor.map,
                       partial(_run_pass, out, input_uri, shards, opts, executor, run_id, source),
                       progress=opts.progress)  # fmt: skip
     cfgs = []
@@ -254,19 +254,6 @@ def _run_group(
         for stage_dir in dirs:
             stage_dir.write_run(run_id, wall, workers)
     return results
-
-
-def _map(executor: Executor, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str | None) -> list[Any]:
-    """`executor.map`, without its progress bar when `desc` is None (a round of a phase that shows one bar for all
-    its rounds, core/phases.Rounds)."""
-    if desc is not None:
-        return executor.map(fn, items, desc)
-    shown = getattr(executor, "progress", False)
-    setattr(executor, "progress", False)  # noqa: B010 (not part of the Executor protocol)
-    try:
-        return executor.map(fn, items, "")
-    finally:
-        setattr(executor, "progress", shown)  # noqa: B010
 
 
 def _keep(members: list[tuple[StageSpec, Any]], opts: RunOptions, keep_stages: frozenset[str]) -> tuple[bool, ...]:

@@ -24,6 +24,7 @@ import numpy as np
 import yaml
 
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.stage import LARGEST
 from stackcurate.query import connect
 from stackcurate.stages import STAGE_ORDER
 
@@ -40,7 +41,7 @@ REASONS_SQL = """select stage, reason, sum(value) filter (metric = 'docs_removed
 LANGUAGES_SQL = """select stage, language, sum(value) filter (metric = 'docs_out') as docs,
     sum(value) filter (metric = 'bytes_out') as bytes from stats
     where language is not null and metric in ('docs_out', 'bytes_out') group by all order by stage, bytes desc"""
-METRICS_SQL = """select stage, metric, if(metric in ('rss_peak', 'workers'), max(value), sum(value)) as value
+METRICS_SQL = f"""select stage, metric, if(metric in {LARGEST!r}, max(value), sum(value)) as value
     from stats group by stage, metric"""
 # Per language: the MB each stage removed (a language is known from the language stage on; ingest's removals
 # of files whose language is not known yet count as "(unknown)").
@@ -247,10 +248,9 @@ def _largest_clusters(con: Any, views: list[str], stages: list[str]) -> list[dic
 
 def _opt_out(totals: dict[str, dict[str, float]], reasons: list[dict[str, Any]]) -> dict[str, int]:
     """What the opt-out lists removed: graph's origins left out before the walk, license's files."""
-    files = sum(int(r["docs"] or 0) for r in reasons if r["stage"] == "license" and r["reason"] == "opt_out")
-    files_mb = sum(int(r["bytes"] or 0) for r in reasons if r["stage"] == "license" and r["reason"] == "opt_out")
-    origins = int(totals.get("graph", {}).get("origins_opted_out", 0))
-    return {"files": files, "bytes": files_mb, "origins": origins}
+    removed = [r for r in reasons if r["stage"] == "license" and r["reason"] == "opt_out"]
+    return {"files": sum(int(r["docs"] or 0) for r in removed), "bytes": sum(int(r["bytes"] or 0) for r in removed),
+            "origins": int(totals.get("graph", {}).get("origins_opted_out", 0))}  # fmt: skip
 
 
 def _license_ids(con: Any, views: list[str], stages: list[str]) -> list[dict[str, Any]]:

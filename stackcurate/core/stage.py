@@ -309,6 +309,7 @@ def error_row(shard: Shard, source: str, reason: str, detail: str) -> pa.Table:
 
 # Metrics that are not counts of their unit's first word (`docs_in` is docs, `bytes_out` bytes).
 UNITS = {"seconds": "seconds", "wall_seconds": "seconds", "rss_peak": "bytes", "workers": "workers"}
+LARGEST = ("rss_peak", "workers")  # metrics whose shards and runs combine by their largest value, not their sum
 
 
 def reset_peak_rss() -> None:

@@ -12,8 +12,8 @@ class Executor(Protocol):
         """Run each shard of a stage (or fused group) with `job`; the shards' summaries."""
         ...
 
-    def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:
-        """`fn(*item)` for each item; results in item order."""
+    def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str | None) -> list[Any]:
+        """`fn(*item)` for each item; results in item order. A progress bar titled `desc` (None: no bar)."""
         ...
 
     def take_busy(self) -> dict[str, float]:

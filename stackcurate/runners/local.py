@@ -40,11 +40,11 @@ class LocalExecutor:
     def check_shared(self, folders: dict[str, str]) -> None:
         """Nothing to check: this process is the only one that reads and writes."""
 
-    def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:
+    def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str | None) -> list[Any]:
         """`fn(*item)` for each item, in order."""
         results = []
         self._ran = self._ran or bool(items)
-        for item in tqdm(items, desc=desc, unit="task", disable=not self.progress or not items):
+        for item in tqdm(items, desc=desc, unit="task", disable=not self.progress or not items or desc is None):
             results.append(fn(*item))
         return results
 

@@ -467,16 +467,18 @@ class RayExecutor:
             self._pool = _Pool(ray, num_gpus, self._busy)
         return self._pool, max(1, self.workers or available)
 
-    def _schedule(self, items: list[_Item], label: str, noun: str, num_gpus: float = 0.0) -> list[Any]:
+    def _schedule(
+        self, items: list[_Item], label: str, noun: str, num_gpus: float = 0.0, *, bar: bool = True
+    ) -> list[Any]:
         pool, concurrency = self._pool_for(num_gpus, label)
         concurrency = min(concurrency, len(items))
         self._workers = max(self._workers, concurrency)
         with tqdm(
             total=len(items), desc=f"{label} ({max(concurrency, pool.size)} workers)", unit=noun,
-            disable=not self.progress,
-        ) as bar:  # fmt: skip
+            disable=not self.progress or not bar,
+        ) as shown:  # fmt: skip
             try:
-                return _Scheduler(pool, concurrency, label, noun, bar).run(items)
+                return _Scheduler(pool, concurrency, label, noun, shown).run(items)
             except BaseException:
                 self._drop_pool()  # a failed run leaves no actor behind to write after it
                 raise
@@ -548,7 +550,7 @@ class RayExecutor:
         self._recycle()
         return summaries
 
-    def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str) -> list[Any]:
+    def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str | None) -> list[Any]:
         """`fn(*item)` for each item on the run's actors; results in item order. A task whose worker dies runs
         again on another, at most MAX_ATTEMPTS times (tasks write their files atomically, so a retry
         overwrites what the lost attempt left). An exception raised by `fn` stops the run with that same
@@ -556,7 +558,7 @@ class RayExecutor:
         if not items:
             return []
         calls = [_Item(i, f"task {i}", "call", (fn, args)) for i, args in enumerate(items)]
-        return self._schedule(calls, desc, "task")
+        return self._schedule(calls, desc or "tasks", "task", bar=desc is not None)
 
     def take_busy(self) -> dict[str, float]:
         """Seconds each node's workers spent on shards and tasks since the last call (`address (node id)`)."""

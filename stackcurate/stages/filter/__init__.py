@@ -92,6 +92,7 @@ class FilterStage(RecordStage):
         super().__init__(cfg)
         self.rules: RuleSet = load_rule_set(cfg.rules, parse_overrides(cfg.overrides))
         self.score_names = self.rules.score_names
+        self.by_name = {rule.name: rule for rule in self.rules.rules}  # a removed row's rule, for its detail
         if set(self.score_names) & set(_GROUPS["html"]):
             scores.score_html_visible(pa.array(["<p>&amp;&#65;</p>"]))  # html.parser and bs4's tables, once
 
@@ -126,11 +127,10 @@ class FilterStage(RecordStage):
         """For each removed row, the test that removed it with the file's value and, for the rules about a line,
         the line's number: `max_line_length 1532 > 1000 (line 17)`. No text: a removed file may hold secrets
         that pii never redacts (the report shows the line only where the removed rows keep their content)."""
-        by_name = {rule.name: rule for rule in self.rules.rules}
         params = self.rules.score_params
         details: list[str | None] = [None] * len(reasons)
         for i, reason in enumerate(reasons):
-            rule = by_name.get(reason) if reason is not None else None
+            rule = self.by_name.get(reason) if reason is not None else None
             if rule is None:
                 continue
             value = float(values[rule.score][i])
