@@ -168,3 +168,34 @@ def test_scancode_detection_through_the_stage(tmp_path):
         "/main.c": "non_permissive",
     }
     assert (result.docs_out, result.docs_removed) == (3, 2)
+
+
+@pytest.mark.parametrize("mode", ["stack_v2", "full"])
+def test_detection_gives_the_ids_of_scancodes_detect_licenses(mode):
+    """`detect` runs ScanCode's steps without the detections' identifiers: the same ids as `detect_licenses`."""
+    pytest.importorskip("licensedcode")
+    from licensedcode.cache import get_licenses_db, get_licensing
+    from licensedcode.detection import detect_licenses
+
+    from stackcurate.stages import license_detect
+
+    def scancode(text: str) -> list[str]:
+        kwargs = {"deadline": 100} if mode == "stack_v2" else {}
+        symbols = [
+            symbol.key
+            for found in detect_licenses(query_string=text, **kwargs)
+            for symbol in get_licensing().license_symbols(found.license_expression)
+        ]
+        return sorted({get_licenses_db()[key].spdx_license_key for key in symbols})
+
+    texts = [
+        MIT,
+        GPL3_NOTICE,
+        f"{MIT}\n\n# vendored/\n\n{GPL3_NOTICE}",  # two detections
+        "# SPDX-License-Identifier: Apache-2.0\nimport os\n",
+        "Licensed under the MIT license; see LICENSE.\n",
+        "print('no license here')\n",
+    ]
+    found = [license_detect.detect(text, mode) for text in texts]
+    assert found == [scancode(text) for text in texts]
+    assert found[0] == ["MIT"] and len(found[2]) >= 2
