@@ -1053,3 +1053,21 @@ def test_two_runs_starting_together_assemble_the_shipped_model_once(tmp_path):
     folder = Path(results[0][0].strip())
     assert results[1][0].strip() == str(folder) and (folder / "model.safetensors").is_file()
     assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name, folder.name + ".lock"]  # no leftovers
+
+
+def test_rules_scanning_only_their_anchors_lines_find_what_a_whole_text_scan_finds():
+    """A `one_line` rule runs its regex on the lines that hold its anchor: the same matches, found faster."""
+    from stackcurate.stages.pii import recognizers
+
+    text = (
+        "@decorator\ncontact: jane.roe@example.org, see ::\nserver 10.0.0.1 and fe80::1ff:fe23:4567:890a here\n"
+        "url = postgres://admin:s3cretpw@db.local/x\n# a@b @ c\n1.2.3.4\n::1\nno anchors on this line\n"
+    )
+    rules = [rule for r in recognizers.code_recognizers() for rule in getattr(r, "rules", []) if rule.one_line]
+    assert {rule.name for rule in rules} >= {"email", "ipv4", "ipv6", "connection_string"}
+    for rule in rules:
+        assert rule.anchor is not None
+        lines = recognizers._anchor_lines(rule.anchor, text)
+        found = [m.span() for m in recognizers._matches_on_lines(rule.regex, text, lines)]
+        assert found == [m.span() for m in rule.regex.finditer(text)], rule.name
+        assert found, rule.name

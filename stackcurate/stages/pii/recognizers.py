@@ -55,6 +55,9 @@ class Rule:
         keywords: Lowercase words, one of which is on every line a match starts on: the regex runs on those
             lines only (for the patterns that open with a name like `[\w-]*password`, which `re` cannot scan
             fast). Such a rule's matches lie within one line.
+        one_line: The regex never matches across lines, and every match holds `anchor`: it runs only on the
+            lines that hold the anchor (a regex opening with a lookbehind or a character class is still slow
+            on a file that holds an `@` somewhere).
     """
 
     name: str
@@ -65,9 +68,11 @@ class Rule:
     refine: re.Pattern[str] | None = None
     anchor: str | tuple[str, ...] | re.Pattern[str] | None = None
     keywords: tuple[str, ...] = ()
+    one_line: bool = False
 
     def __post_init__(self) -> None:
         assert self.refine is None or self.check is None, f"rule {self.name}: refine and check do not mix"
+        assert not self.one_line or self.anchor is not None, f"rule {self.name}: one_line needs an anchor"
 
 
 class RegexRecognizer(EntityRecognizer):
@@ -91,7 +96,12 @@ class RegexRecognizer(EntityRecognizer):
                 continue
             if rule.keywords:
                 low = lowered(text) if low is None else low
-                matches: Iterator[re.Match[str]] = _matches_on_lines(rule.regex, text, low, rule.keywords)
+                matches: Iterator[re.Match[str]] = _matches_on_lines(
+                    rule.regex, text, lines_with(text, low, rule.keywords)
+                )
+            elif rule.one_line:
+                assert rule.anchor is not None
+                matches = _matches_on_lines(rule.regex, text, _anchor_lines(rule.anchor, text))
             else:
                 matches = rule.regex.finditer(text)
             for match in matches:
@@ -129,13 +139,18 @@ def _has_anchor(anchor: str | tuple[str, ...] | re.Pattern[str], text: str) -> b
     return anchor.search(text) is not None
 
 
-def _matches_on_lines(
-    regex: re.Pattern[str], text: str, low: str, keywords: tuple[str, ...]
-) -> Iterator[re.Match[str]]:
-    """`regex`'s matches on the lines of `text` that hold one of `keywords`, in text order."""
-    for start in lines_with(text, low, keywords):
+def _matches_on_lines(regex: re.Pattern[str], text: str, starts: list[int]) -> Iterator[re.Match[str]]:
+    """`regex`'s matches on the lines of `text` that start at `starts` (in order), in text order."""
+    for start in starts:
         end = text.find("\n", start)
         yield from regex.finditer(text, start, len(text) if end < 0 else end)
+
+
+def _anchor_lines(anchor: str | tuple[str, ...] | re.Pattern[str], text: str) -> list[int]:
+    """The starts of the lines of `text` that hold `anchor` (a regex's matches lie within a line), in order."""
+    if isinstance(anchor, re.Pattern):
+        return sorted({text.rfind("\n", 0, match.start()) + 1 for match in anchor.finditer(text)})
+    return lines_with(text, text, (anchor,) if isinstance(anchor, str) else anchor)
 
 
 def _preceded_by(pattern: re.Pattern[str], start: int, text: str, window: int) -> bool:
@@ -924,12 +939,12 @@ def _names_span(match: re.Match[str], size: int) -> tuple[int, int]:
 def code_recognizers() -> list[EntityRecognizer]:
     """The recognizers for every file."""
     return [
-        RegexRecognizer("EmailPattern", [Rule("email", _EMAIL, ((0, EMAIL),), 0.9, _is_email, anchor="@")]),
+        RegexRecognizer("EmailPattern", [Rule("email", _EMAIL, ((0, EMAIL),), 0.9, _is_email, anchor="@", one_line=True)]),
         RegexRecognizer(
             "IpPattern",
             [
-                Rule("ipv4", _IPV4, ((1, IP_ADDRESS),), 0.85, _is_ipv4, anchor=_DOTTED_QUAD),
-                Rule("ipv6", _IPV6, ((1, IP_ADDRESS),), 0.85, _is_ipv6, anchor=_TWO_COLONS),
+                Rule("ipv4", _IPV4, ((1, IP_ADDRESS),), 0.85, _is_ipv4, anchor=_DOTTED_QUAD, one_line=True),
+                Rule("ipv6", _IPV6, ((1, IP_ADDRESS),), 0.85, _is_ipv6, anchor=_TWO_COLONS, one_line=True),
             ],
         ),
         RegexRecognizer(
@@ -990,7 +1005,9 @@ def code_recognizers() -> list[EntityRecognizer]:
                 ),  # fmt: skip
                 Rule("paired_password", _QUOTED, ((0, PASSWORD),), 0.8, _paired_secret, keywords=_PAIR_WORDS),
                 Rule("url_key", _URL_KEY, ((1, KEY), (2, KEY)), 0.95, _url_key, anchor="://"),
-                Rule("connection_string", _CONNECTION, ((1, USERNAME), (2, PASSWORD)), 0.9, anchor="://"),
+                Rule(
+                    "connection_string", _CONNECTION, ((1, USERNAME), (2, PASSWORD)), 0.9, anchor="://", one_line=True
+                ),
             ],
         ),
     ]
