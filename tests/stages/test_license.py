@@ -199,3 +199,15 @@ def test_detection_gives_the_ids_of_scancodes_detect_licenses(mode):
     found = [license_detect.detect(text, mode) for text in texts]
     assert found == [scancode(text) for text in texts]
     assert found[0] == ["MIT"] and len(found[2]) >= 2
+
+
+def test_loading_scancode_leaves_the_collector_as_it_was():
+    """The index loads with the collector off (twice as fast); the process gets it back on."""
+    pytest.importorskip("licensedcode")
+    import gc
+
+    from stackcurate.stages import license_detect
+
+    assert gc.isenabled()
+    license_detect.detect("print(1)\n")
+    assert gc.isenabled()
