@@ -368,3 +368,18 @@ def test_keep_true_writes_a_stage_s_rows_and_license_s_own_keep_is_its_setting(t
     loaded = load_pipeline(pipeline)
     assert loaded.keep == {"ingest"}
     assert [cfg.keep for spec, cfg in loaded.stages if spec.name == "license"] == [("permissive",)]
+
+
+def test_checking_a_pipeline_leaves_the_compiled_kernels_to_the_workers():
+    """The driver builds every stage to check a pipeline; numba (~60 MB), which only workers run, stays out."""
+    code = (
+        "import sys\n"
+        "from stackcurate.pipeline import check_pipeline, load_pipeline\n"
+        "for name in ('demo', 'stack_v2'):\n"
+        "    check_pipeline(load_pipeline(f'pipelines/{name}.yaml'))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numba'))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -21,7 +21,7 @@ from stackcurate.core.errors import StackcurateError
 from stackcurate.pipeline import RunOptions, run_stage
 from stackcurate.stages import dedup as dedup_module
 from stackcurate.stages import get_stage
-from stackcurate.stages.dedup import DedupConfig, graph, minhash, rank_order
+from stackcurate.stages.dedup import DedupConfig, bands, graph, minhash, rank_order
 
 WORDS = [f"{a}{b}" for a in ("get", "set", "make", "load", "save", "parse", "emit", "read") for b in range(40)]
 
@@ -88,9 +88,7 @@ def test_signatures_equal_datasketch_minhash_for_code_unicode_and_short_texts():
 
 def test_band_layout_is_datasketch_optimum():
     for threshold, num_perm in ((0.7, 256), (0.7, 250), (0.85, 256), (0.5, 128), (0.8, 112)):
-        assert minhash.optimal_bands(threshold, num_perm) == datasketch.lsh._optimal_param(
-            threshold, num_perm, 0.5, 0.5
-        )
+        assert bands.optimal_bands(threshold, num_perm) == datasketch.lsh._optimal_param(threshold, num_perm, 0.5, 0.5)
     assert DedupConfig().band_layout() == (25, 10)
 
 

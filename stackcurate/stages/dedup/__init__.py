@@ -55,7 +55,16 @@ from stackcurate.core.stage import (
     read_records,
     split_by_reason,
 )
-from stackcurate.stages.dedup import graph, minhash
+from stackcurate.stages.dedup import bands as band_layout
+from stackcurate.stages.dedup import graph
+
+
+def _minhash() -> Any:
+    """The compiled signature kernels, imported where they run (numba takes ~60 MB and a second to import)."""
+    from stackcurate.stages.dedup import minhash
+
+    return minhash
+
 
 CLUSTERS_STAGE = "dedup_clusters"
 LICENSE_RANK = {"permissive": 0, "no_license": 1, "non_permissive": 2}
@@ -148,7 +157,7 @@ class DedupConfig:
     def band_layout(self) -> tuple[int, int]:
         if self.bands is not None and self.rows is not None:
             return self.bands, self.rows
-        return minhash.optimal_bands(self.threshold, self.num_perm)
+        return band_layout.optimal_bands(self.threshold, self.num_perm)
 
     def __str__(self) -> str:
         bands, rows = self.band_layout()
@@ -250,7 +259,7 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
                 parts_keys.append(exact)
                 parts_docs.append(doc_ids)
             if cfg.near:
-                sig, has = minhash.signatures(
+                sig, has = _minhash().signatures(
                     table.column("content"),
                     num_perm=cfg.num_perm,
                     seed=cfg.seed,
@@ -258,7 +267,7 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
                     min_tokens=cfg.min_tokens,
                     lowercase=cfg.lowercase,
                 )
-                band = minhash.band_keys(sig[has], bands, rows)
+                band = _minhash().band_keys(sig[has], bands, rows)
                 parts_keys.append(band.reshape(-1))
                 parts_docs.append(np.repeat(doc_ids[has], bands))
                 signed += int(has.sum())
@@ -269,7 +278,7 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
             )
             meta_out.write(_meta(table, index, exact), graph.partition_of(doc_ids, plan.partitions))
             if shingles_out is not None:
-                values, offsets = minhash.shingle_hashes(
+                values, offsets = _minhash().shingle_hashes(
                     table.column("content"), ngram=cfg.ngram, min_tokens=cfg.min_tokens, lowercase=cfg.lowercase
                 )
                 lists = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, pa.uint32()))
@@ -373,7 +382,7 @@ def verify_task(plan: _Plan, part: int) -> dict[str, Any]:
         right = _lookup(shingles, v)
         values, offsets = _concat_lists(shipped, shingles)
         right_index = shipped.num_rows + np.maximum(right, 0)
-        jac = minhash.jaccard_pairs(values, offsets, np.maximum(left, 0), right_index)
+        jac = _minhash().jaccard_pairs(values, offsets, np.maximum(left, 0), right_index)
         empty = offsets[np.maximum(left, 0) + 1] == offsets[np.maximum(left, 0)]
         keep = (left >= 0) & (right >= 0) & ((jac >= plan.cfg.threshold) | empty)
         x, y = u[keep], v[keep]

@@ -20,7 +20,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stackcurate.core.text import as_texts, utf8_buffers
-from stackcurate.stages.filter import kernel
+
+
+def _kernel() -> Any:
+    """The compiled kernels, imported on first use: numba takes ~60 MB and a second to import, and a process
+    that only checks a pipeline's rules (the driver) never runs them."""
+    from stackcurate.stages.filter import kernel
+
+    return kernel
+
 
 # The published encoded-data patterns the compiled kernel measures itself (others go through RE2).
 KERNEL_PATTERNS = {r"[a-zA-Z0-9+/\n=]{64,}": "b64", r"(?:\\u[0-9a-fA-F]{4}){8,}": "escape"}
@@ -28,11 +36,11 @@ KERNEL_PATTERNS = {r"[a-zA-Z0-9+/\n=]{64,}": "b64", r"(?:\\u[0-9a-fA-F]{4}){8,}"
 
 def text_stats(texts: pa.Array) -> np.ndarray:
     """The compiled per-document pass (kernel.COLUMNS) over a batch's UTF-8 bytes, without copying them."""
-    return kernel.text_stats(*utf8_buffers(as_texts(texts)))
+    return _kernel().text_stats(*utf8_buffers(as_texts(texts)))
 
 
 def _column(stats: np.ndarray, name: str) -> np.ndarray:
-    return stats[:, kernel.COLUMNS.index(name)].astype(np.float64)
+    return stats[:, _kernel().COLUMNS.index(name)].astype(np.float64)
 
 
 def score_char_fractions(texts: pa.Array, stats: np.ndarray | None = None) -> tuple[pa.Array, pa.Array]:
@@ -95,10 +103,10 @@ def score_encoded(
             own_covered, own_longest = _column(stats, f"{name}_covered"), _column(stats, f"{name}_longest")
             docs = np.nonzero(own_covered)[0]
             found = np.stack([own_covered[docs], own_longest[docs]], axis=1) if len(docs) else np.zeros((0, 2))
-        elif pattern == kernel.HEX_PATTERN:
+        elif pattern == _kernel().HEX_PATTERN:
             stats = text_stats(texts) if stats is None else stats
-            docs = np.nonzero(stats[:, kernel.COLUMNS.index("hex_candidate")])[0]
-            found = kernel.hex_matches(*utf8_buffers(texts), docs)
+            docs = np.nonzero(stats[:, _kernel().COLUMNS.index("hex_candidate")])[0]
+            found = _kernel().hex_matches(*utf8_buffers(texts), docs)
         else:
             docs = np.arange(n)
             found = _python_matches(texts, pattern, docs)
@@ -109,8 +117,8 @@ def score_encoded(
         patterns_hit[docs] += 1
     # Files matched by several patterns: the exact union of the spans replaces the summed coverage.
     several = np.nonzero(patterns_hit > 1)[0]
-    if len(several) and set(patterns) <= {*KERNEL_PATTERNS, kernel.HEX_PATTERN}:
-        covered[several] = kernel.encoded_union(*utf8_buffers(texts), several)
+    if len(several) and set(patterns) <= {*KERNEL_PATTERNS, _kernel().HEX_PATTERN}:
+        covered[several] = _kernel().encoded_union(*utf8_buffers(texts), several)
         several = several[:0]
     compiled = [re.compile(p) for p in patterns]
     for i in several:
@@ -134,7 +142,7 @@ def score_autogen_phrase(texts: pa.Array, phrases: Sequence[str], first_lines: i
     texts = as_texts(texts)
     lowered = [p.lower() for p in phrases]
     if all(p.isascii() for p in lowered):
-        decided = kernel.head_phrases(*utf8_buffers(texts), lowered, first_lines).astype(np.float64)
+        decided = _kernel().head_phrases(*utf8_buffers(texts), lowered, first_lines).astype(np.float64)
     else:
         decided = np.full(len(texts), 2.0)
     for i in np.nonzero(decided == 2)[0]:
