@@ -940,7 +940,9 @@ def _names_span(match: re.Match[str], size: int) -> tuple[int, int]:
 def code_recognizers() -> list[EntityRecognizer]:
     """The recognizers for every file."""
     return [
-        RegexRecognizer("EmailPattern", [Rule("email", _EMAIL, ((0, EMAIL),), 0.9, _is_email, anchor="@", one_line=True)]),
+        RegexRecognizer(
+            "EmailPattern", [Rule("email", _EMAIL, ((0, EMAIL),), 0.9, _is_email, anchor="@", one_line=True)]
+        ),
         RegexRecognizer(
             "IpPattern",
             [
