@@ -356,6 +356,24 @@ def test_ray_with_two_workers_equals_local(tmp_path, family, ray_local):
         assert pq.read_table(tmp_path / "local" / "out" / sub).equals(pq.read_table(tmp_path / "ray" / "out" / sub))
 
 
+def test_signature_pieces_change_no_decision(tmp_path, family, monkeypatch):
+    """Signature tasks cut each input file into pieces of at most SIGNATURE_ROWS rows: any size, same result."""
+    baseline = decisions(run_dedup(tmp_path / "a", corpus_tables(family, 0)))
+    tables = corpus_tables(family, 0)
+    assert dedup_module.signature_items(tuple(_shards(tmp_path / "items", tables))) == [(0, 0, 0, len(tables[0])),
+        (1, 1, 0, len(tables[1]))]  # fmt: skip
+    monkeypatch.setattr(dedup_module, "SIGNATURE_ROWS", 4)
+    items = dedup_module.signature_items(tuple(_shards(tmp_path / "items4", tables)))
+    assert len(items) == sum(-(-len(t) // 4) for t in tables)
+    assert [i[0] for i in items] == list(range(len(items))) and all(stop - start <= 4 for *_, start, stop in items)
+    assert decisions(run_dedup(tmp_path / "b", tables)) == baseline
+
+
+def _shards(folder: Path, tables: list[pa.Table]) -> list:
+    records = write_records(folder, tables)
+    return get_stage("dedup").plan(DedupConfig(), str(records))
+
+
 def test_interrupted_clustering_resumes_to_the_same_result(tmp_path, family, monkeypatch):
     clean = decisions(run_dedup(tmp_path / "clean", corpus_tables(family, 0), rows_per_partition=10))
     real = dedup_module.cluster_task
@@ -372,7 +390,7 @@ def test_interrupted_clustering_resumes_to_the_same_result(tmp_path, family, mon
         run_dedup(tmp_path / "crash", corpus_tables(family, 0), rows_per_partition=10)
     monkeypatch.setattr(dedup_module, "cluster_task", real)
     done = tmp_path / "crash" / "out" / "dedup_clusters" / "_work" / "_done"
-    assert len(list((done / "signature").iterdir())) == 2  # finished phases are kept, not redone
+    assert len(list((done / f"signature-{dedup_module.SIGNATURE_ROWS}").iterdir())) == 2  # finished phases are kept
     assert len(list((done / "cluster").iterdir())) == 1  # and so is the finished task of the interrupted one
     calls.clear()
     monkeypatch.setattr(dedup_module, "cluster_task", crash_once)

@@ -1,8 +1,8 @@
 """Exact and near deduplication: signature -> bucket -> cluster -> remove (StarCoder2 settings, verified).
 
 Sub-stages, all under one config; the first three write `<out>/dedup_clusters/`, the last is `<out>/dedup/`:
-1. **signature** (one task per input file): per document an exact key (the `blob_id` SHA-1 of the original
-   bytes, or a hash of the decoded text) and, when it has at least `min_tokens` tokens, a MinHash signature
+1. **signature** (tasks of at most 4,096 rows of one input file): per document an exact key (the `blob_id`
+   SHA-1 of the original bytes, or a hash of the decoded text) and, when it has at least `min_tokens` tokens, a MinHash signature
    (see `minhash.py`) cut into LSH bands. Band keys and the exact key go to partitions by key; the columns
    that rank a document (license type, stars, forks, dates) go to partitions by doc_id.
 2. **bucket** (one task per partition): documents sharing a key become star edges to the smallest doc_id;
@@ -67,6 +67,7 @@ def _minhash() -> Any:
 
 
 CLUSTERS_STAGE = "dedup_clusters"
+SIGNATURE_ROWS = 4096  # rows of one signature task at most
 LICENSE_RANK = {"permissive": 0, "no_license": 1, "non_permissive": 2}
 REASONS = ("exact_duplicate", "near_duplicate")
 _EXACT_SALT = np.uint64(0xD1B54A32D192ED03)  # keeps exact keys apart from band keys
@@ -230,15 +231,28 @@ def _meta(table: pa.Table, shard: int, exact: np.ndarray) -> pa.Table:
     )
 
 
-def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
-    """Keys (exact and LSH bands) of one input file, partitioned by key; ranking columns by doc_id."""
+def signature_items(shards: tuple[Shard, ...]) -> list[tuple[int, int, int, int]]:
+    """The signature tasks: (task, shard, first row, end row), each shard's rows cut into pieces of at most
+    SIGNATURE_ROWS in order, so that two workers share a few unequal files evenly. The pieces depend on the
+    input alone, and the tasks' files, read in task order, hold the rows in the input's order."""
+    items = []
+    for index, shard in enumerate(shards):
+        pieces = max(1, math.ceil((shard.stop - shard.start) / SIGNATURE_ROWS))
+        bounds = np.linspace(shard.start, shard.stop, pieces + 1).astype(np.int64)
+        items += [(len(items) + k, index, int(bounds[k]), int(bounds[k + 1])) for k in range(pieces)]
+    return items
+
+
+def signature_task(plan: _Plan, task: int, index: int, start: int, stop: int) -> dict[str, Any]:
+    """Keys (exact and LSH bands) of rows `start:stop` of one input file, partitioned by key; ranking columns
+    by doc_id."""
     cfg, shard = plan.cfg, plan.shards[index]
     fs = plan.fs
-    keys_out = shuffle.PartitionedWriter(fs, plan.work("keys"), index, KEY_SCHEMA, plan.partitions)
-    meta_out = shuffle.PartitionedWriter(fs, plan.work("meta"), index, META_SCHEMA, plan.partitions)
+    keys_out = shuffle.PartitionedWriter(fs, plan.work("keys"), task, KEY_SCHEMA, plan.partitions)
+    meta_out = shuffle.PartitionedWriter(fs, plan.work("meta"), task, META_SCHEMA, plan.partitions)
     sinks = [keys_out, meta_out]
     shingles_out = (
-        shuffle.PartitionedWriter(fs, plan.work("shingles"), index, SHINGLE_SCHEMA, plan.partitions)
+        shuffle.PartitionedWriter(fs, plan.work("shingles"), task, SHINGLE_SCHEMA, plan.partitions)
         if cfg.verify
         else None
     )
@@ -249,9 +263,7 @@ def signature_task(plan: _Plan, index: int) -> dict[str, Any]:
     try:
         src_fs, path = io.filesystem(shard.path)
         columns = [c for c in _INPUT_COLUMNS if c in pq.read_schema(path, filesystem=src_fs).names]
-        for table in io.scan_parquet_slice(
-            src_fs, path, shard.start, shard.stop, batch_rows=cfg.batch_rows, columns=columns
-        ):
+        for table in io.scan_parquet_slice(src_fs, path, start, stop, batch_rows=cfg.batch_rows, columns=columns):
             doc_ids = table.column("doc_id").to_numpy().astype(np.int64)
             exact = _exact_keys(table, cfg.exact_key)
             parts_keys, parts_docs = [], []
@@ -550,7 +562,8 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
     def run(name: str, fn: Any, items: list[tuple[Any, ...]]) -> list[Any]:
         return phases.run(name, fn, [(plan, *item) for item in items], f"dedup {name}")
 
-    run("signature", signature_task, [(i,) for i in range(len(shards))])
+    items = [(plan, *item) for item in signature_items(shards)]  # the piece size names the phase's markers
+    phases.run(f"signature-{SIGNATURE_ROWS}", signature_task, items, "dedup signature")
     run("bucket", bucket_task, [(p,) for p in range(partitions)])
     phases.drop("keys")
     if cfg.verify:
