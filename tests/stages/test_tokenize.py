@@ -213,3 +213,27 @@ def test_the_training_sample_reads_a_file_cut_into_row_ranges_once(tmp_path):
     shards = plan_parquet([str(tmp_path / "in" / "00000.parquet")], rows_per_shard=1_000)
     assert len(shards) == 3  # one file, three row ranges
     assert sorted(_sample(shards, TokenizeConfig())) == sorted(texts)  # each document once
+
+
+def test_special_tokens_are_stripped_as_one_replace_after_another():
+    """The training text loses each special token's string in turn: also a token formed by an earlier removal
+    (if its turn is still to come), as `str.replace` in a loop does."""
+    import random
+
+    def one_by_one(text: str) -> str:
+        for token in tk.SPECIAL_TOKENS:
+            text = text.replace(token, "")
+        return text
+
+    assert all(t[0] == "<" and t[-1] == ">" and not {"<", ">"} & set(t[1:-1]) for t in tk.SPECIAL_TOKENS)
+    assert bpe.strip_special("a<file_sep>b<|endoftext|>") == "ab"
+    assert bpe.strip_special(f"<fim_{tk.EOD}prefix>x") == "x"  # removing <|endoftext|> forms <fim_prefix>
+    assert bpe.strip_special("<|endof<fim_pad>text|>") == tk.EOD  # formed after its turn: it stays
+    rng = random.Random(0)
+    pieces = ["<", ">", "a", "é", "<fim_", "prefix>", "<pr", "_status>", "<repo_", "name>", *tk.SPECIAL_TOKENS]
+    for _ in range(20000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(8)))
+        outer = rng.choice(tk.SPECIAL_TOKENS)
+        cut = rng.randrange(1, len(outer))
+        text += outer[:cut] + rng.choice(tk.SPECIAL_TOKENS) + outer[cut:]
+        assert bpe.strip_special(text) == one_by_one(text), text
