@@ -5,7 +5,9 @@ run the same code. Writers are atomic: a file appears under its final name only 
 an interrupted run never leaves a half-written shard where a reader (or DuckDB) can see it.
 """
 
+import contextlib
 import errno
+import fcntl
 import fnmatch
 import os
 import re
@@ -291,3 +293,22 @@ def short_error(exc: BaseException) -> str:
     message = str(exc)
     aws = re.search(r"AWS Error .*?(?=; Details:|$)", message, re.S)
     return " ".join((aws.group(0) if aws else f"{type(exc).__name__}: {message}").split())[:300]
+
+
+@contextlib.contextmanager
+def machine_lock(path: Path, *, optional: bool = False) -> Iterator[None]:
+    """Held by one process of this machine at a time: an exclusive `flock` on the local file `path`, created if
+    missing and opened read-only, so that another user's copy serves too. `optional`: where the file cannot be
+    opened, go on without the lock (otherwise the OSError)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError:
+        if not optional:
+            raise
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -6,17 +6,14 @@ exact-text matching runs. Mode `stack_v2` reproduces that (about 1,000 license-l
 `full` lifts the limit and also finds SPDX tags and near-copies of license texts (about 5 files/s).
 """
 
-import contextlib
-import fcntl
 import gc
-import os
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
+from stackcurate.core import io
 from stackcurate.core.errors import StackcurateError
 
 MODES = ("stack_v2", "full")
@@ -35,7 +32,7 @@ def _scancode() -> tuple:
     # and the unpickler holds ~270 MB more while it runs: the processes of a machine load one at a time, so
     # two workers starting together never hold that twice. The index lives as long as the process: frozen, the
     # collector's full passes skip it.
-    with _machine_lock("stackcurate-scancode-load.lock"):
+    with io.machine_lock(Path(tempfile.gettempdir()) / "stackcurate-scancode-load.lock", optional=True):
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -45,22 +42,6 @@ def _scancode() -> tuple:
                 gc.enable()
     gc.freeze()
     return index, detection, get_licensing(), get_licenses_db()
-
-
-@contextlib.contextmanager
-def _machine_lock(name: str) -> Iterator[None]:
-    """Held by one process of this machine at a time (a lock file in the temporary folder, read-only so that
-    another user's copy serves too); without one where the folder refuses it."""
-    try:
-        fd = os.open(Path(tempfile.gettempdir()) / name, os.O_RDONLY | os.O_CREAT, 0o644)
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _expressions(text: str, deadline: int) -> list[str | None]:

@@ -213,18 +213,17 @@ def test_loading_scancode_leaves_the_collector_as_it_was():
     assert gc.isenabled()
 
 
-def test_the_index_load_lock_is_held_by_one_at_a_time_and_never_blocks_loading(tmp_path, monkeypatch):
-    import tempfile
+def test_the_index_load_lock_is_held_by_one_at_a_time_and_never_blocks_loading(tmp_path):
+    """`io.machine_lock`, which ScanCode's load takes (optional: a missing folder means no lock)."""
     import threading
 
-    from stackcurate.stages import license_detect
+    from stackcurate.core import io
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     events: list[str] = []
     held = threading.Event()
 
     def first() -> None:
-        with license_detect._machine_lock("test.lock"):
+        with io.machine_lock(tmp_path / "test.lock"):
             held.set()
             threading.Event().wait(0.2)
             events.append("first releases")
@@ -232,11 +231,10 @@ def test_the_index_load_lock_is_held_by_one_at_a_time_and_never_blocks_loading(t
     thread = threading.Thread(target=first)
     thread.start()
     held.wait(30)
-    with license_detect._machine_lock("test.lock"):  # a second open file: waits for the first to let go
+    with io.machine_lock(tmp_path / "test.lock"):  # a second open file: waits for the first to let go
         events.append("second holds")
     thread.join(30)
     assert events == ["first releases", "second holds"]
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))  # no lock file possible: no lock
-    with license_detect._machine_lock("test.lock"):
+    with io.machine_lock(tmp_path / "missing" / "test.lock", optional=True):  # no lock file possible: no lock
         events.append("unlocked")
     assert events[-1] == "unlocked"

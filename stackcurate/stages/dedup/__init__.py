@@ -2,9 +2,9 @@
 
 Sub-stages, all under one config; the first three write `<out>/dedup_clusters/`, the last is `<out>/dedup/`:
 1. **signature** (tasks of at most 4,096 rows of one input file): per document an exact key (the `blob_id`
-   SHA-1 of the original bytes, or a hash of the decoded text) and, when it has at least `min_tokens` tokens, a MinHash signature
-   (see `minhash.py`) cut into LSH bands. Band keys and the exact key go to partitions by key; the columns
-   that rank a document (license type, stars, forks, dates) go to partitions by doc_id.
+   SHA-1 of the original bytes, or a hash of the decoded text) and, when it has at least `min_tokens` tokens, a
+   MinHash signature (see `minhash.py`) cut into LSH bands. Band keys and the exact key go to partitions by
+   key; the columns that rank a document (license type, stars, forks, dates) go to partitions by doc_id.
 2. **bucket** (one task per partition): documents sharing a key become star edges to the smallest doc_id;
    by default (`verify`) a pair that shares only a band key becomes an edge only if the exact Jaccard of its
    shingles reaches the threshold, so LSH never chains a file with no true neighbour into a cluster
@@ -559,11 +559,11 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
         return result
     plan = _Plan(cfg, shards, phases.dir, partitions)
 
-    def run(name: str, fn: Any, items: list[tuple[Any, ...]]) -> list[Any]:
-        return phases.run(name, fn, [(plan, *item) for item in items], f"dedup {name}")
+    def run(name: str, fn: Any, items: list[tuple[Any, ...]], markers: str | None = None) -> list[Any]:
+        return phases.run(markers or name, fn, [(plan, *item) for item in items], f"dedup {name}")
 
-    items = [(plan, *item) for item in signature_items(shards)]  # the piece size names the phase's markers
-    phases.run(f"signature-{SIGNATURE_ROWS}", signature_task, items, "dedup signature")
+    # the piece size names the signature markers: a half-done run cut another way starts the phase anew
+    run("signature", signature_task, signature_items(shards), markers=f"signature-{SIGNATURE_ROWS}")
     run("bucket", bucket_task, [(p,) for p in range(partitions)])
     phases.drop("keys")
     if cfg.verify:

@@ -38,7 +38,6 @@ Example:
 """
 
 import dataclasses
-import fcntl
 import functools
 import logging
 import os
@@ -50,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from stackcurate.core import io
 from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.records import RecordStage
@@ -152,8 +152,7 @@ def default_model_folder() -> Path:
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     # One process at a time: two runs starting together on a machine would otherwise write the same folder.
-    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with io.machine_lock(folder.with_name(folder.name + ".lock")):
         if not shipped.is_current(folder):  # not assembled by the process that held the lock before
             log.info("assembling the shipped PII model %s in %s", DEFAULT_MODEL, folder)
             shipped.materialize(folder)

@@ -92,7 +92,8 @@ class RegexRecognizer(EntityRecognizer):
         for rule in self.rules:
             if entities and not any(entity in entities for _, entity in rule.spans):
                 continue
-            if rule.anchor is not None and not _has_anchor(rule.anchor, text):
+            # (a one_line rule finds its anchor's lines below: none, no match)
+            if rule.anchor is not None and not rule.one_line and not _has_anchor(rule.anchor, text):
                 continue
             if rule.keywords:
                 low = lowered(text) if low is None else low
