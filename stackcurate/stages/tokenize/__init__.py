@@ -2,8 +2,9 @@
 
 1. **tokenizer**: `tokenizer: train` (default) trains StarCoder's BPE recipe (`tokenizer.py`) on a seeded
    sample of this input (`train_mb`) into `<out>/tokenizer/`, once; or name any HF tokenizer folder.
-2. **tokenize** (one shard per input file, batched `encode_batch_fast` on every worker): each document's ids
-   with the end-of-document token appended, as rows `doc_id`, `language`, `n_tokens`, `tokens`, and `order`,
+2. **tokenize** (one shard per input file, in batches on every worker; `encoder.py` finds the words of
+   StarCoder's recipe in compiled code and takes each distinct word's ids from HF's BPE model, the same ids
+   as `encode_batch_fast` at ~3x its speed): each document's ids with the end-of-document token appended, as rows `doc_id`, `language`, `n_tokens`, `tokens`, and `order`,
    a seeded 64-bit hash of the doc_id that fixes its place in the shards.
 3. **shards**: a shuffle sends each row to output shard `order * S / 2^64` (S from `shard_mb`), then each
    shard is written in `order` order: documents shuffled with the seed, identically for any number of
@@ -38,6 +39,7 @@ from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext
 from stackcurate.stages.tokenize import tokenizer as bpe
+from stackcurate.stages.tokenize.encoder import Encoder
 
 log = logging.getLogger("stackcurate.tokenize")
 MEGATRON_DIR = "megatron"
@@ -153,6 +155,7 @@ class TokenizeStage:
             self.tokenizer = None
             return
         self.tokenizer = bpe.load(cfg.tokenizer)
+        self.encoder = Encoder(self.tokenizer)
         self.eod = self.tokenizer.token_to_id(tk.EOD)
         self.dtype = megatron.token_dtype(self.tokenizer.get_vocab_size())
 
@@ -186,13 +189,13 @@ class TokenizeStage:
         eod = np.array([self.eod], dtype=self.dtype)
         pieces: list[np.ndarray] = []
         start = 0
-        while start < len(texts):  # encode calls of about ENCODE_CHARS: the encodings hold ~100 bytes a token
+        while start < len(texts):  # encode calls of about ENCODE_CHARS: each holds ~40 bytes a character
             stop, size = start + 1, len(texts[start])
             while stop < len(texts) and size + len(texts[stop]) <= ENCODE_CHARS:
                 size += len(texts[stop])
                 stop += 1
-            for encoding in self.tokenizer.encode_batch_fast(texts[start:stop], add_special_tokens=False):
-                pieces += [np.asarray(encoding.ids, dtype=self.dtype), eod]
+            for ids in self.encoder.encode(texts[start:stop]):
+                pieces += [ids.astype(self.dtype), eod]
             start = stop
         lengths = np.array([len(p) for p in pieces[0::2]], dtype=np.int64) + 1
         flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=self.dtype)
