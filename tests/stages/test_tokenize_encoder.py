@@ -1,6 +1,8 @@
 """The compiled word splitter gives HF `tokenizers`' own ids: on real code, on generated text that mixes every
 class of character the pre-tokenizer treats apart, and on code points drawn from all of Unicode."""
 
+import collections
+import json
 import random
 import sysconfig
 from pathlib import Path
@@ -10,7 +12,7 @@ import pytest
 
 from stackcurate.core import tokens as tk
 from stackcurate.stages.tokenize import tokenizer as bpe
-from stackcurate.stages.tokenize.encoder import Encoder
+from stackcurate.stages.tokenize.encoder import Encoder, count_words
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -93,3 +95,36 @@ def test_ids_are_int64_arrays_one_per_text(tok):
     assert [a.dtype for a in out] == [np.dtype(np.int64)] * 3
     assert [len(a) for a in out] == [len(ids) for ids in _hf(tok, ["a b", "", "<|endoftext|>"])]
     assert out[2].tolist() == [0]
+
+
+def _hf_trained(texts, vocab_size):
+    """StarCoder's recipe trained by HF alone, on the texts themselves (the way `bpe.train` trained before)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(tk.SPECIAL_TOKENS),
+                                  initial_alphabet=alphabet, show_progress=False)  # fmt: skip
+    tokenizer.train_from_iterator([bpe.strip_special(t) for t in texts], trainer)
+    return json.loads(tokenizer.to_str())["model"]
+
+
+@pytest.mark.parametrize("vocab_size", [400, 3000])
+def test_training_from_counted_words_gives_hfs_own_vocabulary_and_merges(tmp_path, vocab_size):
+    rng = random.Random(vocab_size)
+    texts = [p.read_text(encoding="utf-8") for p in sorted(STDLIB.glob("*.py"))[120:180]]
+    texts += ["".join(rng.choice(PIECES) for _ in range(rng.randrange(0, 300))) for _ in range(200)]
+    trained = json.loads(bpe.train(texts, tmp_path, vocab_size=vocab_size, info={}).to_str())["model"]
+    expected = _hf_trained(texts, vocab_size)
+    assert trained["vocab"] == expected["vocab"]
+    assert trained["merges"] == expected["merges"]
+
+
+def test_counted_words_are_the_pre_tokenizers_words(tok):
+    rng = random.Random(3)
+    texts = ["".join(rng.choice(PIECES) for _ in range(rng.randrange(0, 200))) for _ in range(300)]
+    expected = collections.Counter(w for t in texts for w, _ in tok.pre_tokenizer.pre_tokenize_str(t))
+    assert count_words(texts, tok.pre_tokenizer, batch_chars=500) == dict(expected)

@@ -2,10 +2,11 @@
 
 1. **tokenizer**: `tokenizer: train` (default) trains StarCoder's BPE recipe (`tokenizer.py`) on a seeded
    sample of this input (`train_mb`) into `<out>/tokenizer/`, once; or name any HF tokenizer folder.
-2. **tokenize** (one shard per input file, in batches on every worker; `encoder.py` finds the words of
-   StarCoder's recipe in compiled code and takes each distinct word's ids from HF's BPE model, the same ids
-   as `encode_batch_fast` at ~3x its speed): each document's ids with the end-of-document token appended, as rows `doc_id`, `language`, `n_tokens`, `tokens`, and `order`,
-   a seeded 64-bit hash of the doc_id that fixes its place in the shards.
+2. **tokenize** (one shard per input file, in batches on every worker): each document's ids with the
+   end-of-document token appended, as rows `doc_id`, `language`, `n_tokens`, `tokens`, and `order`, a seeded
+   64-bit hash of the doc_id that fixes its place in the shards. `encoder.py` finds the words of StarCoder's
+   recipe in compiled code and takes each distinct word's ids from HF's BPE model: the ids of
+   `encode_batch_fast`, at ~3x its speed.
 3. **shards**: a shuffle sends each row to output shard `order * S / 2^64` (S from `shard_mb`), then each
    shard is written in `order` order: documents shuffled with the seed, identically for any number of
    workers, one sequence per document (`core/megatron.py`). `<out>/tokenize/megatron/` holds

@@ -9,10 +9,12 @@ generated and real text). Any other tokenizer is encoded by `encode_batch_fast` 
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
+from stackcurate.core.errors import StackcurateError
 from stackcurate.stages.tokenize import kernel
 
 _RECIPE = [
@@ -52,6 +54,63 @@ def _recipe_parts(tokenizer: Any) -> tuple[re.Pattern[str] | None, dict[str, int
     # HF matches added tokens leftmost-longest; `re` tries alternatives in order, so the longest go first
     contents = sorted(ids, key=len, reverse=True)
     return (re.compile("|".join(map(re.escape, contents))) if contents else None), ids
+
+
+def byte_level(word: str, table: dict[int, str]) -> str:
+    """`word` in byte-level characters (`table` from `byte_level_table`)."""
+    return word.encode("utf-8").decode("latin-1").translate(table)
+
+
+def _code_points(text: str) -> np.ndarray:
+    try:
+        return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    except UnicodeEncodeError as e:  # a lone surrogate, which Arrow's UTF-8 strings never hold
+        raise StackcurateError(
+            f"text with a lone surrogate ({e.reason}) cannot be tokenized; fix its encoding"
+        ) from None
+
+
+def _split(
+    classes: "CharClasses", cps: np.ndarray, starts: list[int], ends: list[int], specials: list[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """`kernel.split_words` over the items (text spans of `cps`, or special-token ids where `specials` >= 0)."""
+    classes.ensure(cps)
+    room = len(cps) + len(starts)
+    word_start, word_end = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.int64)
+    item_words = np.empty(len(starts) + 1, dtype=np.int64)
+    n = kernel.split_words(cps, classes.table, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64),
+                           np.array(specials, dtype=np.int64), word_start, word_end, item_words)  # fmt: skip
+    return word_start, word_end, item_words, n
+
+
+def count_words(texts: Iterable[str], pre_tokenizer: Any, batch_chars: int = 4_000_000) -> dict[str, int]:
+    """Each word of `texts` in byte-level characters, as StarCoder's pre-tokenizer (`pre_tokenizer`, checked
+    to follow the recipe by the caller) gives them, with its count: what HF's BPE trainer counts before its
+    merges, found without a regex and an offset table per word."""
+    classes, table = CharClasses(pre_tokenizer), byte_level_table()
+    counts: dict[str, int] = {}
+
+    def add(batch: list[str]) -> None:
+        joined = "".join(batch)
+        cps = _code_points(joined)
+        ends = np.cumsum([len(t) for t in batch]).tolist()
+        word_start, word_end, _, n = _split(classes, cps, [0, *ends[:-1]], ends, [-1] * len(batch))
+        number, first = kernel.distinct_words(cps, word_start, word_end, n)
+        seen = np.bincount(number[:n], minlength=len(first)).tolist()
+        for s, e, c in zip(word_start[first].tolist(), word_end[first].tolist(), seen, strict=True):
+            word = byte_level(joined[s:e], table)
+            counts[word] = counts.get(word, 0) + c
+
+    batch, size = [], 0
+    for text in texts:
+        batch.append(text)
+        size += len(text)
+        if size >= batch_chars:
+            add(batch)
+            batch, size = [], 0
+    if batch:
+        add(batch)
+    return counts
 
 
 class CharClasses:
@@ -129,31 +188,19 @@ class Encoder:
         """Each text's ids (int64)."""
         if self.fast:
             joined = "".join(texts)
-            try:
-                cps = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
-            except UnicodeEncodeError:  # a lone surrogate: HF says what it does with one
-                cps = None
-            if cps is not None:
-                return self._encode_fast(texts, joined, cps)
+            return self._encode_fast(texts, joined, _code_points(joined))
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
     def words(self, text: str) -> list[str]:
         """The pre-tokenizer's words of `text` in byte-level characters, as `pre_tokenize_str` gives them
         (special tokens are not cut out: that is `encode`'s first step)."""
-        cps = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        self.classes.ensure(cps)
-        starts, ends = np.empty(len(cps) + 1, dtype=np.int64), np.empty(len(cps) + 1, dtype=np.int64)
-        one = np.array([0], dtype=np.int64)
-        n = kernel.split_words(cps, self.classes.table, one, one + len(cps), one - 1, starts, ends,
-                               np.empty(2, dtype=np.int64))  # fmt: skip
-        return [self._byte_level(text[s:e]) for s, e in zip(starts[:n].tolist(), ends[:n].tolist(), strict=True)]
-
-    def _byte_level(self, word: str) -> str:
-        return word.encode("utf-8").decode("latin-1").translate(self.to_byte_level)
+        cps = _code_points(text)
+        starts, ends, _, n = _split(self.classes, cps, [0], [len(cps)], [-1])
+        bounds = zip(starts[:n].tolist(), ends[:n].tolist(), strict=True)
+        return [byte_level(text[s:e], self.to_byte_level) for s, e in bounds]
 
     def _encode_fast(self, texts: list[str], joined: str, cps: np.ndarray) -> list[np.ndarray]:
-        self.classes.ensure(cps)
         starts, ends, specials, doc_items = [], [], [], [0]
         base = 0
         for text in texts:
@@ -167,15 +214,10 @@ class Encoder:
                 starts.append(base + pos), ends.append(base + len(text)), specials.append(-1)
             base += len(text)
             doc_items.append(len(starts))
-        room = len(cps) + len(starts)
-        word_start, word_end = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.int64)
-        item_words = np.empty(len(starts) + 1, dtype=np.int64)
-        n = kernel.split_words(cps, self.classes.table, np.array(starts, dtype=np.int64),
-                               np.array(ends, dtype=np.int64), np.array(specials, dtype=np.int64),
-                               word_start, word_end, item_words)  # fmt: skip
+        word_start, word_end, item_words, n = _split(self.classes, cps, starts, ends, specials)
         number, first = kernel.distinct_words(cps, word_start, word_end, n)
         words = [
-            self._byte_level(joined[s:e])
+            byte_level(joined[s:e], self.to_byte_level)
             for s, e in zip(word_start[first].tolist(), word_end[first].tolist(), strict=True)
         ]
         encoded = [e.ids for e in self.model.encode_batch_fast(words, add_special_tokens=False)]
