@@ -45,6 +45,7 @@ DEFAULT_WORKER_WAIT_S = 300.0  # an autoscaler needs minutes to add a node; a lo
 # A worker holding more after its stage is replaced: ScanCode's index (~1.5 GB) or the PII model's torch (~600
 # MB) would otherwise stay in memory through the stages after theirs. A fresh worker holds ~200 MB.
 DEFAULT_RECYCLE_MB = 512.0
+RECYCLE_WAIT_S = 10.0  # the longest a replaced worker is waited for
 SHARED_CHECK_S = 120.0  # each node answers whether it sees the output: a task that needs no CPU
 
 
@@ -229,14 +230,24 @@ class _Worker:
         self.key, self.stages = None, None
         gc.collect()
 
-    def release(self) -> float:
-        """Drop the stage's objects (its stage run is over); this process's resident memory then, in MiB."""
+    def release(self) -> tuple[float, str, int]:
+        """Drop the stage's objects (its stage run is over); this process's resident memory then, in MiB, and
+        where the process is (host name, process id)."""
         self._drop()
         try:
             pages = int(open("/proc/self/statm").read().split()[1])  # noqa: SIM115 - one read of a proc file
         except (OSError, ValueError, IndexError):
-            return 0.0
-        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+            pages = 0
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20, socket.gethostname(), os.getpid()
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` of this machine still runs (a zombie holds no memory: it counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 @dataclass
@@ -576,11 +587,18 @@ class RayExecutor:
         if self._pool is None or not self._pool.idle:
             return
         limit = recycle_mb()
-        sizes = self._pool.ray.get([actor.release.remote() for actor in self._pool.idle])
-        for actor, size in zip(list(self._pool.idle), sizes, strict=True):
+        answers = self._pool.ray.get([actor.release.remote() for actor in self._pool.idle])
+        ending = []
+        for actor, (size, host, pid) in zip(list(self._pool.idle), answers, strict=True):
             if size > limit:
                 log.debug("a worker holds %.0f MiB after its stage: replacing it", size)
                 self._pool.kill(actor)
+                ending += [pid] if host == socket.gethostname() else []
+        # `ray.kill` returns before the process has gone: its replacement would load beside it, holding both
+        # memories at once. Wait (a few seconds at most) for the ones of this machine to end.
+        deadline = time.monotonic() + RECYCLE_WAIT_S
+        while any(map(_running, ending)) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def _drop_pool(self) -> None:
         if self._pool is not None:

@@ -26,6 +26,7 @@ def _language(tmp_path: Path, out: str, opts: RunOptions, executor: object = Non
 
 @pytest.mark.ray
 def test_ray_workers_serve_every_stage_and_phase_of_a_run(tmp_path, ray_local, monkeypatch):
+    from stackcurate.runners import ray as ray_runner
     from stackcurate.runners.ray import RayExecutor
 
     ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
@@ -40,7 +41,11 @@ def test_ray_workers_serve_every_stage_and_phase_of_a_run(tmp_path, ray_local, m
         assert first <= second and len(second) <= 2  # the same processes (the second may have joined since)
 
         monkeypatch.setenv("STACKCURATE_WORKER_RECYCLE_MB", "1")  # every worker now holds "too much" after a stage
+        waited: set[int] = set()
+        running = ray_runner._running
+        monkeypatch.setattr(ray_runner, "_running", lambda pid: waited.add(pid) or running(pid))
         _language(tmp_path, "again", RunOptions(progress=False), executor)
+        assert waited == second and not any(map(running, second))  # gone before their replacements load
         replaced = set(executor.map(_pid, [(i,) for i in range(8)], "phase three"))
         assert replaced and not replaced & second
     finally:
