@@ -612,8 +612,22 @@ class RayExecutor:
         if self._owns_ray:
             import ray
 
+            _end_monitor()
             ray.shutdown()
             self._owns_ray = False
+
+
+def _end_monitor() -> None:
+    """Kill the embedded Ray's autoscaler monitor, which a private one-machine Ray has no use for: `ray.shutdown`
+    asks it to stop, waits the second it never answers in, then kills it (1.0 of the 1.4 s a shutdown takes).
+    Ray's node object is private API; anything unexpected leaves the shutdown to Ray."""
+    with contextlib.suppress(Exception):
+        import ray
+
+        node = ray._private.worker._global_node  # pyright: ignore[reportAttributeAccessIssue]
+        for info in node.all_processes.get("monitor", []):
+            info.process.kill()
+            info.process.wait(timeout=5)
 
 
 def _listing(path: str) -> list[str] | None:
