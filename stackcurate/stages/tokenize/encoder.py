@@ -15,7 +15,18 @@ from typing import Any
 import numpy as np
 
 from stackcurate.core.errors import StackcurateError
-from stackcurate.stages.tokenize import kernel
+
+# the classes `kernel` gives characters (kernel.py imports them from here: numba stays out of a process that
+# only checks a pipeline)
+LETTER, NUMBER, SPACE, OTHER, DIGIT, UNKNOWN = 1, 2, 3, 4, 5, 0
+
+
+def _kernel() -> Any:
+    """The compiled splitter, imported where texts are tokenized (numba takes ~60 MB and a second to import)."""
+    from stackcurate.stages.tokenize import kernel
+
+    return kernel
+
 
 _RECIPE = [
     {"type": "Digits", "individual_digits": True},
@@ -78,7 +89,7 @@ def _split(
     room = len(cps) + len(starts)
     word_start, word_end = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.int64)
     item_words = np.empty(len(starts) + 1, dtype=np.int64)
-    n = kernel.split_words(cps, classes.table, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64),
+    n = _kernel().split_words(cps, classes.table, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64),
                            np.array(specials, dtype=np.int64), word_start, word_end, item_words)  # fmt: skip
     return word_start, word_end, item_words, n
 
@@ -95,7 +106,7 @@ def count_words(texts: Iterable[str], pre_tokenizer: Any, batch_chars: int = 4_0
         cps = _code_points(joined)
         ends = np.cumsum([len(t) for t in batch]).tolist()
         word_start, word_end, _, n = _split(classes, cps, [0, *ends[:-1]], ends, [-1] * len(batch))
-        number, first = kernel.distinct_words(cps, word_start, word_end, n)
+        number, first = _kernel().distinct_words(cps, word_start, word_end, n)
         seen = np.bincount(number[:n], minlength=len(first)).tolist()
         for s, e, c in zip(word_start[first].tolist(), word_end[first].tolist(), seen, strict=True):
             word = byte_level(joined[s:e], table)
@@ -119,12 +130,12 @@ class CharClasses:
 
     def __init__(self, pre_tokenizer: Any) -> None:
         self.pre_tokenizer = pre_tokenizer
-        self.table = np.full(0x110000, kernel.UNKNOWN, dtype=np.uint8)
-        self.table[ord(" ")] = kernel.SPACE
-        self.table[ord("0")] = kernel.DIGIT  # the probes' separator
+        self.table = np.full(0x110000, UNKNOWN, dtype=np.uint8)
+        self.table[ord(" ")] = SPACE
+        self.table[ord("0")] = DIGIT  # the probes' separator
 
     def ensure(self, cps: np.ndarray) -> None:
-        unknown = cps[self.table[cps] == kernel.UNKNOWN]
+        unknown = cps[self.table[cps] == UNKNOWN]
         if len(unknown):
             self._probe(np.unique(unknown))
 
@@ -148,13 +159,13 @@ class CharClasses:
         for k, c in enumerate(cps.tolist()):
             letter, other, three, digit = counts[4 * k : 4 * k + 4]
             if digit == 2:
-                kind = kernel.DIGIT
+                kind = DIGIT
             elif letter == 1:
-                kind = kernel.LETTER
+                kind = LETTER
             elif other == 1:
-                kind = kernel.OTHER
+                kind = OTHER
             else:
-                kind = kernel.SPACE if three == 3 else kernel.NUMBER
+                kind = SPACE if three == 3 else NUMBER
             self.table[c] = kind
 
 
@@ -215,7 +226,7 @@ class Encoder:
             base += len(text)
             doc_items.append(len(starts))
         word_start, word_end, item_words, n = _split(self.classes, cps, starts, ends, specials)
-        number, first = kernel.distinct_words(cps, word_start, word_end, n)
+        number, first = _kernel().distinct_words(cps, word_start, word_end, n)
         words = [
             byte_level(joined[s:e], self.to_byte_level)
             for s, e in zip(word_start[first].tolist(), word_end[first].tolist(), strict=True)
@@ -224,6 +235,6 @@ class Encoder:
         word_offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(ids) for ids in encoded], out=word_offsets[1:])
         word_ids = np.fromiter((i for ids in encoded for i in ids), dtype=np.int64, count=int(word_offsets[-1]))
-        ids, offsets = kernel.assemble(number, n, word_offsets, word_ids)
+        ids, offsets = _kernel().assemble(number, n, word_offsets, word_ids)
         bounds = offsets[item_words[doc_items]]
         return [ids[bounds[d] : bounds[d + 1]] for d in range(len(texts))]

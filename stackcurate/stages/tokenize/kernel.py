@@ -20,8 +20,8 @@ import numpy as np
 from numba import njit
 
 # character classes: letter, number (a regex \p{N} that is not numeric for Digits), whitespace, other,
-# numeric (Digits isolates it), and not yet known
-LETTER, NUMBER, SPACE, OTHER, DIGIT, UNKNOWN = 1, 2, 3, 4, 5, 0
+# numeric (Digits isolates it)
+from stackcurate.stages.tokenize.encoder import DIGIT, LETTER, NUMBER, OTHER, SPACE
 
 
 @njit(cache=True, inline="always")
