@@ -44,7 +44,7 @@ CONNECT_TIMEOUT_S = 5.0  # for the TCP probe of --ray-address: a live cluster an
 DEFAULT_WORKER_WAIT_S = 300.0  # an autoscaler needs minutes to add a node; a lost cluster needs an answer
 # A worker holding more after its stage is replaced: ScanCode's index (~1.5 GB) or the PII model's torch (~600
 # MB) would otherwise stay in memory through the stages after theirs. A fresh worker holds ~200 MB.
-DEFAULT_RECYCLE_MB = 512.0
+DEFAULT_RECYCLE_MB = 400.0  # the ingest group's workers (~460 MiB: enry's Go runtime, numba) are replaced too
 RECYCLE_WAIT_S = 10.0  # the longest a replaced worker is waited for
 SHARED_CHECK_S = 120.0  # each node answers whether it sees the output: a task that needs no CPU
 
