@@ -16,6 +16,7 @@ whatever the worker count). Wall time is the command's own, start-up included; t
 tokens / wall / N. Each pair runs back to back in the same invocation, so the machine is the same.
 
     python benchmarks/tokenize_throughput.py [--scale 0.5] [--files 10] [--cpus 1 2]
+    python benchmarks/tokenize_throughput.py --check   # then: ids and tokenizer against HF tokenizers itself
 
 Writes benchmarks/results/tokenize_throughput.json and prints a Markdown table.
 """
@@ -84,6 +85,45 @@ def _prepare(scale: float, files: int, base: Path) -> tuple[Path, Path]:
     return documents, tokenizer
 
 
+def check_against_hf(documents: Path, tokenizer: Path, ours: Path) -> dict[str, Any]:
+    """stackcurate's ids (a finished `ours` run) and its trained tokenizer against HF `tokenizers` itself:
+    `encode_batch_fast` on every document, and HF's BPE trainer on the documents' texts (stackcurate counts the
+    words with its own compiled splitter; the vocabulary and merges must come out the same)."""
+    import pyarrow as pa
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from stackcurate.core import tokens as tk
+    from stackcurate.stages.tokenize import tokenizer as bpe
+
+    docs = pq.ParquetDataset(str(documents)).read(columns=["doc_id", "text"])
+    ours_rows = pa.concat_tables(
+        [pq.read_table(f, columns=["doc_id", "tokens"]) for f in sorted((ours / "tokenize").glob("*.parquet"))]
+    )
+    written = dict(zip(ours_rows.column("doc_id").to_pylist(), ours_rows.column("tokens").to_pylist(), strict=True))
+    hf = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
+    eod = hf.token_to_id(tk.EOD)
+    texts = [t or "" for t in docs.column("text").to_pylist()]
+    encodings = hf.encode_batch_fast(texts, add_special_tokens=False)
+    same = sum(written.get(d) == e.ids + [eod]
+               for d, e in zip(docs.column("doc_id").to_pylist(), encodings, strict=True))  # fmt: skip
+    trained = Tokenizer(models.BPE())
+    trained.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    size = json.loads((tokenizer / "train.json").read_text())["vocab_size_requested"]
+    trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=list(tk.SPECIAL_TOKENS), initial_alphabet=alphabet,
+                                  show_progress=False)  # fmt: skip
+    trained.train_from_iterator((bpe.strip_special(t) for t in texts if t), trainer)
+    theirs, mine = json.loads(trained.to_str())["model"], json.loads(hf.to_str())["model"]
+    return {
+        "documents_with_hf_ids": same,
+        "documents": len(texts),
+        "vocabulary_equals_hf_training": theirs["vocab"] == mine["vocab"],
+        "merges_equal_hf_training": theirs["merges"] == mine["merges"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float, default=0.5, help="dedup corpus scale (0.5: ~170 MB of code)")
@@ -91,6 +131,11 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--work", default=str(ROOT / "work" / "bench_tokenize"))
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "tokenize_throughput.json"))
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only compare the finished 1-CPU run and its tokenizer with HF tokenizers itself",
+    )
     parser.add_argument("--datatrove", nargs=5, metavar=("INPUT", "OUT", "TOKENIZER", "WORKERS", "WRITER"),
                         help=argparse.SUPPRESS)  # fmt: skip
     args = parser.parse_args()
@@ -100,6 +145,9 @@ def main() -> None:
         return
     base = Path(args.work)
     documents, tokenizer = _prepare(args.scale, args.files, base)
+    if args.check:
+        print(json.dumps(check_against_hf(documents, tokenizer, base / f"ours_{min(args.cpus)}")))
+        return
     meta = pq.ParquetDataset(str(documents)).read(columns=["length_bytes"])
     report: dict[str, Any] = {
         "input": f"dedup corpus scale {args.scale}, formatted (StarCoder2), first {args.files} files: {documents}",
