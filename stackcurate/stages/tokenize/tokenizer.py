@@ -50,9 +50,11 @@ def strip_special(text: str) -> str:
 
 def _occurrences(counts: dict[str, int], words: int = 8192) -> Iterator[str]:
     """Every word `count` times, space-separated, `words` to a string: the trainer's unit of parallel work,
-    whose words it holds at once (a string of a frequent word's million occurrences took ~100 MB)."""
+    whose words it holds at once (a string of a frequent word's million occurrences took ~100 MB). Empties
+    `counts` as it goes, so the trainer's own table of words grows as this one shrinks."""
     chunk: list[str] = []
-    for word, count in counts.items():
+    while counts:
+        word, count = counts.popitem()
         while count > 0:
             take = min(count, words - len(chunk))
             chunk += [word] * take
