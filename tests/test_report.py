@@ -93,9 +93,11 @@ class _Proxy:
             with conn:
                 conn.settimeout(5)
                 try:
-                    self.requests.append(conn.recv(4096).split(b"\r\n", 1)[0].decode(errors="replace"))
+                    line = conn.recv(4096).split(b"\r\n", 1)[0].decode(errors="replace")
                 except OSError:
-                    self.requests.append("(no request line)")
+                    line = ""  # no request within 5 s
+                if line:  # a connection opened and closed unused (Chromium preconnects) asked for no host
+                    self.requests.append(line)
 
     def close(self) -> None:
         self.sock.close()
