@@ -90,7 +90,7 @@ def check_against_hf(documents: Path, tokenizer: Path, ours: Path) -> dict[str, 
     `encode_batch_fast` on every document, and HF's BPE trainer on the documents' texts (stackcurate counts the
     words with its own compiled splitter; the vocabulary and merges must come out the same)."""
     import pyarrow as pa
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer
 
     from stackcurate.core import tokens as tk
     from stackcurate.stages.tokenize import tokenizer as bpe
@@ -106,14 +106,7 @@ def check_against_hf(documents: Path, tokenizer: Path, ours: Path) -> dict[str, 
     encodings = hf.encode_batch_fast(texts, add_special_tokens=False)
     same = sum(written.get(d) == e.ids + [eod]
                for d, e in zip(docs.column("doc_id").to_pylist(), encodings, strict=True))  # fmt: skip
-    trained = Tokenizer(models.BPE())
-    trained.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-    )
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    size = json.loads((tokenizer / "train.json").read_text())["vocab_size_requested"]
-    trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=list(tk.SPECIAL_TOKENS), initial_alphabet=alphabet,
-                                  show_progress=False)  # fmt: skip
+    trained, trainer = bpe.recipe(json.loads((tokenizer / "train.json").read_text())["vocab_size_requested"])
     trained.train_from_iterator((bpe.strip_special(t) for t in texts if t), trainer)
     theirs, mine = json.loads(trained.to_str())["model"], json.loads(hf.to_str())["model"]
     return {

@@ -99,15 +99,7 @@ def test_ids_are_int64_arrays_one_per_text(tok):
 
 def _hf_trained(texts, vocab_size):
     """StarCoder's recipe trained by HF alone, on the texts themselves (the way `bpe.train` trained before)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-    )
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(tk.SPECIAL_TOKENS),
-                                  initial_alphabet=alphabet, show_progress=False)  # fmt: skip
+    tokenizer, trainer = bpe.recipe(vocab_size)
     tokenizer.train_from_iterator([bpe.strip_special(t) for t in texts], trainer)
     return json.loads(tokenizer.to_str())["model"]
 

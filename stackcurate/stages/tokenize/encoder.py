@@ -34,12 +34,20 @@ _RECIPE = [
 ]
 
 
-def byte_level_table() -> dict[int, str]:
+def _byte_level_table() -> dict[int, str]:
     """GPT-2's byte-to-character map as a `str.translate` table over Latin-1 characters (one per byte): printable
     bytes keep their character, the others take 256, 257, ... in byte order."""
     kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     moved = [b for b in range(256) if b not in kept]
     return {**{b: chr(b) for b in kept}, **{b: chr(256 + i) for i, b in enumerate(moved)}}
+
+
+_TO_BYTE_LEVEL = _byte_level_table()
+
+
+def byte_level(word: str) -> str:
+    """`word` in GPT-2's byte-level characters (each UTF-8 byte one character)."""
+    return word.encode("utf-8").decode("latin-1").translate(_TO_BYTE_LEVEL)
 
 
 def _recipe_parts(tokenizer: Any) -> tuple[re.Pattern[str] | None, dict[str, int]] | None:
@@ -59,17 +67,12 @@ def _recipe_parts(tokenizer: Any) -> tuple[re.Pattern[str] | None, dict[str, int
     if any(t["normalized"] or t["lstrip"] or t["rstrip"] or t["single_word"] for t in added):
         return None
     vocab = model.get("vocab", {})
-    if not all(ch in vocab for ch in byte_level_table().values()):
+    if not all(ch in vocab for ch in _TO_BYTE_LEVEL.values()):
         return None
     ids = {t["content"]: t["id"] for t in added}
     # HF matches added tokens leftmost-longest; `re` tries alternatives in order, so the longest go first
     contents = sorted(ids, key=len, reverse=True)
     return (re.compile("|".join(map(re.escape, contents))) if contents else None), ids
-
-
-def byte_level(word: str, table: dict[int, str]) -> str:
-    """`word` in byte-level characters (`table` from `byte_level_table`)."""
-    return word.encode("utf-8").decode("latin-1").translate(table)
 
 
 def _code_points(text: str) -> np.ndarray:
@@ -81,36 +84,37 @@ def _code_points(text: str) -> np.ndarray:
         ) from None
 
 
-def _split(
-    classes: "CharClasses", cps: np.ndarray, starts: list[int], ends: list[int], specials: list[int]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """`kernel.split_words` over the items (text spans of `cps`, or special-token ids where `specials` >= 0)."""
+def _distinct_words(
+    classes: "CharClasses", joined: str, starts: list[int], ends: list[int], specials: list[int]
+) -> tuple[np.ndarray, list[str], np.ndarray, int]:
+    """`kernel.split_words` over the items of `joined` (text spans, or special-token ids where `specials` >= 0),
+    then its distinct words: each word's number (a special token's is negative), the distinct words in
+    byte-level characters, each item's first word, and the count of words."""
+    cps = _code_points(joined)
     classes.ensure(cps)
     room = len(cps) + len(starts)
     word_start, word_end = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.int64)
     item_words = np.empty(len(starts) + 1, dtype=np.int64)
-    n = _kernel().split_words(cps, classes.table, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64),
+    kernel = _kernel()
+    n = kernel.split_words(cps, classes.table, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64),
                            np.array(specials, dtype=np.int64), word_start, word_end, item_words)  # fmt: skip
-    return word_start, word_end, item_words, n
+    number, first = kernel.distinct_words(cps, word_start, word_end, n)
+    bounds = zip(word_start[first].tolist(), word_end[first].tolist(), strict=True)
+    return number, [byte_level(joined[s:e]) for s, e in bounds], item_words, n
 
 
 def count_words(texts: Iterable[str], pre_tokenizer: Any, batch_chars: int = 4_000_000) -> dict[str, int]:
     """Each word of `texts` in byte-level characters, as StarCoder's pre-tokenizer (`pre_tokenizer`, checked
     to follow the recipe by the caller) gives them, with its count: what HF's BPE trainer counts before its
     merges, found without a regex and an offset table per word."""
-    classes, table = CharClasses(pre_tokenizer), byte_level_table()
+    classes = CharClasses(pre_tokenizer)
     counts: dict[str, int] = {}
 
     def add(batch: list[str]) -> None:
-        joined = "".join(batch)
-        cps = _code_points(joined)
         ends = np.cumsum([len(t) for t in batch]).tolist()
-        word_start, word_end, _, n = _split(classes, cps, [0, *ends[:-1]], ends, [-1] * len(batch))
-        number, first = _kernel().distinct_words(cps, word_start, word_end, n)
-        seen = np.bincount(number[:n], minlength=len(first)).tolist()
-        for s, e, c in zip(word_start[first].tolist(), word_end[first].tolist(), seen, strict=True):
-            word = byte_level(joined[s:e], table)
-            counts[word] = counts.get(word, 0) + c
+        number, words, _, n = _distinct_words(classes, "".join(batch), [0, *ends[:-1]], ends, [-1] * len(batch))
+        for word, seen in zip(words, np.bincount(number[:n], minlength=len(words)).tolist(), strict=True):
+            counts[word] = counts.get(word, 0) + seen
 
     batch, size = [], 0
     for text in texts:
@@ -178,40 +182,27 @@ class Encoder:
         self.fast = parts is not None
         if parts is None:
             return
+        from tokenizers import Tokenizer
+
         self.special, self.special_ids = parts
         self.classes = CharClasses(tokenizer.pre_tokenizer)
-        self.to_byte_level = byte_level_table()
-        self._model: Any = None
-
-    @property
-    def model(self) -> Any:
-        """The BPE model alone (every input one word, already in byte-level characters), built on first use:
-        a process that only checks the stage never holds a second copy of the vocabulary."""
-        if self._model is None:
-            from tokenizers import Tokenizer
-
-            spec = json.loads(self.tokenizer.to_str())
-            spec.update(normalizer=None, pre_tokenizer=None, post_processor=None, decoder=None, added_tokens=[])
-            self._model = Tokenizer.from_str(json.dumps(spec))
-        return self._model
+        # the same BPE model alone: every input is one word, already in byte-level characters
+        self.model = Tokenizer(tokenizer.model)
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """Each text's ids (int64)."""
         if self.fast:
-            joined = "".join(texts)
-            return self._encode_fast(texts, joined, _code_points(joined))
+            return self._encode_fast(texts)
         encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int64) for e in encodings]
 
     def words(self, text: str) -> list[str]:
         """The pre-tokenizer's words of `text` in byte-level characters, as `pre_tokenize_str` gives them
         (special tokens are not cut out: that is `encode`'s first step)."""
-        cps = _code_points(text)
-        starts, ends, _, n = _split(self.classes, cps, [0], [len(cps)], [-1])
-        bounds = zip(starts[:n].tolist(), ends[:n].tolist(), strict=True)
-        return [byte_level(text[s:e], self.to_byte_level) for s, e in bounds]
+        number, words, _, n = _distinct_words(self.classes, text, [0], [len(text)], [-1])
+        return [words[i] for i in number[:n].tolist()]
 
-    def _encode_fast(self, texts: list[str], joined: str, cps: np.ndarray) -> list[np.ndarray]:
+    def _encode_fast(self, texts: list[str]) -> list[np.ndarray]:
         starts, ends, specials, doc_items = [], [], [], [0]
         base = 0
         for text in texts:
@@ -225,12 +216,7 @@ class Encoder:
                 starts.append(base + pos), ends.append(base + len(text)), specials.append(-1)
             base += len(text)
             doc_items.append(len(starts))
-        word_start, word_end, item_words, n = _split(self.classes, cps, starts, ends, specials)
-        number, first = _kernel().distinct_words(cps, word_start, word_end, n)
-        words = [
-            byte_level(joined[s:e], self.to_byte_level)
-            for s, e in zip(word_start[first].tolist(), word_end[first].tolist(), strict=True)
-        ]
+        number, words, item_words, n = _distinct_words(self.classes, "".join(texts), starts, ends, specials)
         encoded = [e.ids for e in self.model.encode_batch_fast(words, add_special_tokens=False)]
         word_offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(ids) for ids in encoded], out=word_offsets[1:])

@@ -66,15 +66,13 @@ def _occurrences(counts: dict[str, int], words: int = 8192) -> Iterator[str]:
         yield " ".join(chunk)
 
 
-def train(texts: Iterable[str], folder: str | Path, *, vocab_size: int = VOCAB_SIZE, info: dict[str, Any]) -> Any:
-    """Train on `texts` and save to `folder` in the HF format; returns the `tokenizers.Tokenizer`."""
+def recipe(vocab_size: int = VOCAB_SIZE) -> tuple[Any, Any]:
+    """StarCoder's recipe in HF `tokenizers`: an untrained BPE `Tokenizer` with its pre-tokenizer and decoder,
+    and the `BpeTrainer` (vocabulary size, special tokens, the 256 byte symbols)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
-    if vocab_size < len(tk.SPECIAL_TOKENS) + 256:
-        raise StackcurateError(f"vocab_size must be at least {len(tk.SPECIAL_TOKENS) + 256} (specials + bytes)")
     tokenizer = Tokenizer(models.BPE())
-    recipe = pre_tokenizers.Sequence(
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
@@ -87,14 +85,26 @@ def train(texts: Iterable[str], folder: str | Path, *, vocab_size: int = VOCAB_S
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
+    return tokenizer, trainer
+
+
+def train(texts: Iterable[str], folder: str | Path, *, vocab_size: int = VOCAB_SIZE, info: dict[str, Any]) -> Any:
+    """Train on `texts` and save to `folder` in the HF format; returns the `tokenizers.Tokenizer`."""
+    from tokenizers import pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size < len(tk.SPECIAL_TOKENS) + 256:
+        raise StackcurateError(f"vocab_size must be at least {len(tk.SPECIAL_TOKENS) + 256} (specials + bytes)")
+    tokenizer, trainer = recipe(vocab_size)
+    words = tokenizer.pre_tokenizer
     # The trainer's merges depend only on each word's count. HF counts them with its regex and an offset table
     # per word, ~3 MB/s per core, and its Python API takes no counts; so the compiled splitter counts them
     # (`encoder.count_words`), and the trainer reads each byte-level word as often as it occurs, split at
     # spaces, which byte-level characters never are: the same counts, so the same vocabulary and merges.
-    counts = count_words((strip_special(t) for t in texts), recipe)
+    counts = count_words((strip_special(t) for t in texts), words)
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.train_from_iterator(_occurrences(counts), trainer)
-    tokenizer.pre_tokenizer = recipe
+    tokenizer.pre_tokenizer = words
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     PreTrainedTokenizerFast(
