@@ -2,8 +2,9 @@
 
 Why hand-written: HF `tokenizers` pre-tokenizes every occurrence of every word with a regex and an offset
 table per piece; on code that is ~3 MB/s per core and most of the tokenize stage, and its Python API cannot
-hand the words to the BPE model once per distinct word. This loop finds the same words at ~50x that speed;
-the ids still come from HF's own BPE model (`encoder.py`), once per distinct word of a batch.
+hand the words to the BPE model once per distinct word. On 20 MB of the benchmark's formatted code, one core,
+this loop splits in 0.08 s and numbers the distinct words in 0.29 s, where HF's pre-tokenizer and word count
+take 5.6 s; the ids still come from HF's own BPE model (`encoder.py`), once per distinct word of a batch.
 
 The pre-tokenizer reproduced is `Sequence([Digits(individual_digits=True), ByteLevel(use_regex=True)])`:
 1. every numeric character (Rust's `char::is_numeric`) is a piece of its own, and the text between them a
