@@ -107,11 +107,13 @@ def cluster() -> Iterator[object]:
 
 
 class _Remover(threading.Thread):
-    """Waits until `count` held shards are running, removes the nodes that `pick` names, then releases."""
+    """Waits until `count` held shards are running (and the file `committed` exists, if given), removes the
+    nodes that `pick` names, then releases."""
 
-    def __init__(self, cluster: object, folder: Path, count: int, pick: str) -> None:
+    def __init__(self, cluster: object, folder: Path, count: int, pick: str, committed: Path | None = None) -> None:
         super().__init__(daemon=True)
         self.cluster, self.folder, self.count, self.pick = cluster, folder, count, pick
+        self.committed = committed
         self.lost: list[str] = []  # names of the shards that ran on a removed node
         self.removed_at = 0.0
         self.error: BaseException | None = None
@@ -121,6 +123,9 @@ class _Remover(threading.Thread):
             deadline = time.monotonic() + 300
             while len(started := sorted(p.name for p in self.folder.glob("started.*"))) < self.count:
                 assert time.monotonic() < deadline, f"held shards never all started: {started}"
+                time.sleep(0.05)
+            while self.committed is not None and not self.committed.exists():  # its result is off the node
+                assert time.monotonic() < deadline, f"{self.committed} never written"
                 time.sleep(0.05)
             running = dict(name.split(".")[1:] for name in started)  # shard name -> node id
             by_id = {node.node_id: node for node in self.cluster.worker_nodes}
@@ -187,7 +192,8 @@ def test_a_run_that_loses_every_node_stops_in_one_line_and_resumes(tmp_path, clu
     hold = tmp_path / "hold"
     hold.mkdir()
     # Shard 0 runs and commits; shards 1 and 2 are held, one on each node, when both nodes go.
-    remover = _Remover(cluster, hold, count=2, pick="all")
+    # (on a loaded machine the driver may not have fetched shard 0's result yet when the held shards start)
+    remover = _Remover(cluster, hold, count=2, pick="all", committed=tmp_path / "lost/language/_shards/00000.json")
     remover.start()
     opts = RunOptions(runner="ray", ray_address=cluster.address, progress=False)
     with pytest.raises(StackcurateError) as caught:
