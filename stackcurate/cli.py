@@ -221,13 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name in STAGE_ORDER:
         spec = get_stage(name)
-        p = sub.add_parser(name, help=spec.help, description=spec.description)
+        p = sub.add_parser(name, help=spec.summary(), description=spec.description())
         p.add_argument("--out", required=True, help="output folder of the run (local or object-store URI)")
         p.add_argument("--config", help="YAML file with this stage's settings (flags override it)")
         if spec.reads_records:
             p.add_argument("--input", help="folder of record Parquet (default: the previous stage in --out)")
         _run_flags(p)
-        add_flags(p, spec.config_cls, f"{name} settings (also keys of --config, and of its block in a pipeline YAML)")
+        add_flags(p, spec.config, f"{name} settings (also keys of --config, and of its block in a pipeline YAML)")
         p.set_defaults(handler=_cmd_stage, stage=name)
 
     p = sub.add_parser(
@@ -321,8 +321,8 @@ def _cmd_stage(args: argparse.Namespace) -> None:
     spec = get_stage(args.stage)
     # Paths resolve here, on the driver: a --config file's against its folder, flags' against the working
     # folder (a worker on another node runs elsewhere).
-    values = resolve_paths(spec.config_cls, read_yaml(args.config), Path(args.config).parent) if args.config else {}
-    cfg = build_config(spec.config_cls, {**values, **flag_values(args, spec.config_cls)}, base_dir=Path.cwd())
+    values = resolve_paths(spec.config, read_yaml(args.config), Path(args.config).parent) if args.config else {}
+    cfg = build_config(spec.config, {**values, **flag_values(args, spec.config)}, base_dir=Path.cwd())
     opts = _run_options(args)
     if args.verbose or opts.dry_run:  # saved as _config.yaml in the stage's folder either way
         print(dump_yaml({spec.name: to_dict(cfg)}), end="", file=sys.stderr)
@@ -450,10 +450,11 @@ def _aligned(rows: list[list[str]], right: Iterable[int]) -> str:
 def _cmd_tokenizer_train(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from stackcurate.stages import plan_records, tokenize
+    from stackcurate.core.planning import plan_records
+    from stackcurate.stages import tokenize
 
     cfg = tokenize.TokenizeConfig(vocab_size=args.vocab_size, train_mb=args.train_mb, seed=args.seed)
-    folder = tokenize.train_tokenizer(cfg, plan_records(cfg, args.input), args.input, Path(args.out))
+    folder = tokenize.train_tokenizer(cfg, plan_records(args.input), args.input, Path(args.out))
     print(folder)
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import duckdb
 
 from stackcurate.core.errors import StackcurateError
-from stackcurate.stages import STAGE_ORDER
+from stackcurate.core.layout import PLAN
+from stackcurate.stages import stage_order
 
 
 def _sql_str(value: str) -> str:
@@ -28,7 +29,7 @@ def connect(out: str | Path) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
         raise StackcurateError(f"{out} is not a local output folder; pass the --out of a run")
     con = duckdb.connect()
     views, stats = [], []
-    for stage_dir in sorted(p for p in root.iterdir() if p.is_dir() and (p / "_plan.json").exists()):
+    for stage_dir in sorted(p for p in root.iterdir() if p.is_dir() and (p / PLAN).exists()):
         for view, sub in (
             (stage_dir.name, stage_dir),
             (f"{stage_dir.name}_removed", stage_dir / "removed"),
@@ -104,11 +105,12 @@ def _stats(out: str | Path, sql: str) -> list[tuple]:
 def stage_totals(out: str | Path) -> list[StageTotals]:
     """Each stage's totals, in pipeline order. Folders of a stage's own passes (license_scan, dedup_clusters,
     graph_walk, ...) are not stages: their counters are not listed."""
+    order = stage_order(str(out))
     totals: dict[str, dict[str, int]] = {}
     for stage, metric, value in _stats(out, _TOTALS_SQL):
-        if stage in STAGE_ORDER and metric in _FIELDS:
+        if stage in order and metric in _FIELDS:
             totals.setdefault(stage, {})[_FIELDS[metric]] = int(value)
-    return [StageTotals(stage, **totals[stage]) for stage in STAGE_ORDER if stage in totals]
+    return [StageTotals(stage, **totals[stage]) for stage in order if stage in totals]
 
 
 @dataclass(frozen=True)
@@ -125,10 +127,11 @@ class Reason:
 def stage_reasons(out: str | Path) -> list[Reason]:
     """Why documents left each stage: removed and error rows by reason; stages in pipeline order, the most
     frequent reason first."""
+    order = stage_order(str(out))
     counts: dict[tuple[str, str, str], dict[str, int]] = {}
     for stage, metric, reason, value in _stats(out, _REASONS_SQL):
-        if stage in STAGE_ORDER:
+        if stage in order:
             unit, kind = metric.split("_", 1)
             counts.setdefault((stage, kind, reason), {})[unit] = int(value)
     rows = [Reason(s, k, r, c.get("docs", 0), c.get("bytes", 0)) for (s, k, r), c in counts.items()]
-    return sorted(rows, key=lambda r: (STAGE_ORDER.index(r.stage), r.kind != "removed", -r.docs, r.reason))
+    return sorted(rows, key=lambda r: (order.index(r.stage), r.kind != "removed", -r.docs, r.reason))

@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 import yaml
 
+from stackcurate.core.counters import LARGEST
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import LARGEST
+from stackcurate.core.layout import CONFIG, FUSED
 from stackcurate.query import connect
-from stackcurate.stages import STAGE_ORDER
+from stackcurate.stages import stage_order
 
 REPORT_DIR = "report"
 EXAMPLES = 3  # removed rows shown per (stage, reason)
@@ -75,8 +76,7 @@ def _rows(con: Any, sql: str) -> list[dict[str, Any]]:
 
 def _stages(out: Path, present: set[str]) -> list[str]:
     """The run's stages in pipeline order (the last `stackcurate run`'s list, else STAGE_ORDER)."""
-    listed = out / "_pipeline.json"
-    order = json.loads(listed.read_text())["stages"] if listed.exists() else list(STAGE_ORDER)
+    order = stage_order(str(out))
     return [s for s in order if s in present] + sorted(present - set(order) - set(PARTS))
 
 
@@ -203,7 +203,7 @@ def _filter_scores(con: Any, views: list[str], stages: list[str], out: Path) -> 
     and the kept rows of the first later stage that wrote them) and the threshold."""
     config = _config(out / "filter")
     written = [s for s in stages[stages.index("filter") :] if s in views] if "filter" in stages else []
-    kept = next((s for s in written if s != "filter" or not (out / "filter" / "_FUSED").exists()), None)
+    kept = next((s for s in written if s != "filter" or not (out / "filter" / FUSED).exists()), None)
     if config is None or kept is None:
         return []
     from stackcurate.stages.filter import parse_overrides
@@ -273,7 +273,7 @@ def _licenses(con: Any, views: list[str], stages: list[str]) -> list[dict[str, A
 
 
 def _config(stage_dir: Path) -> Any:
-    path = stage_dir / "_config.yaml"
+    path = stage_dir / CONFIG
     return yaml.safe_load(path.read_text()) if path.exists() else None
 
 

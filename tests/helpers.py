@@ -4,6 +4,7 @@ import gzip
 import io
 import socket
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -140,3 +141,24 @@ def data_files(folder: Path) -> dict[str, bytes]:
         for p in sorted(folder.rglob("*.parquet"))
         if "stats" not in p.relative_to(folder).parts and ".tmp-" not in p.name
     }
+
+
+class StageWrapper:
+    """Wraps a stage instance for a test (a stage that dies or waits mid-shard): what a subclass does not
+    override is the wrapped stage's."""
+
+    def __init__(self, stage: object) -> None:
+        self.stage = stage
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stage, name)
+
+
+def wrapped_stage(base: type, wrap: Callable[[object], object]) -> type:
+    """A stage class like `base` (its name, config and global steps) whose instances are `wrap(base(cfg))`."""
+
+    class Wrapped(base):
+        def __new__(cls, cfg: object) -> object:  # not an instance of Wrapped: __init__ is not called again
+            return wrap(base(cfg))
+
+    return Wrapped

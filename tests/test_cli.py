@@ -250,7 +250,7 @@ def test_every_help_is_written_for_users(capsys, monkeypatch, command):
     joined = " ".join(text.split())  # an option's help may wrap between its two defaults
     assert not re.search(r"\(default[^)]*\) \(default:", joined)  # `(default: system temp) (default: ...)`
     if command[0] in STAGE_ORDER:
-        assert " ".join(get_stage(command[0]).description.split()[:8]) in joined
+        assert " ".join(get_stage(command[0]).description().split()[:8]) in joined
 
 
 def test_a_default_the_help_explains_is_not_repeated(capsys, monkeypatch):

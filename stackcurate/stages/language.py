@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stackcurate.core.config import option
+from stackcurate.core.contract import StageOutput, split_by_reason
 from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import put_column
-from stackcurate.core.stage import StageOutput, split_by_reason
 from stackcurate.core.tables import read_name_list
 
 
@@ -77,9 +77,22 @@ def _not_in(values: pa.ChunkedArray, keep: pa.Array) -> pa.ChunkedArray:
 
 
 class LanguageStage(RecordStage):
-    """Detect languages with go-enry, then keep the configured ones (see the module docstring)."""
+    """detect each file's language (GitHub linguist's rules) and keep the listed languages
+
+    Detect each file's programming language from its name, extension, shebang and content (go-enry, the Go port
+    of GitHub linguist, as The Stack v2 did), mark vendored and generated files, and keep the languages listed in
+    --languages (a file with one language name per line).
+
+    Adds the columns language, extension, is_vendor and is_generated.
+    Removed, by reason: language_unknown and language_not_selected (when a list is given), vendor and generated
+    (with --drop-vendor, --drop-generated).
+
+    Example:
+      stackcurate language --out work/run --languages filters/languages/starcoder2_smol_v1.txt
+    """
 
     name = "language"
+    config = LanguageConfig
     needs = ("path", "content")
 
     def __init__(self, cfg: LanguageConfig) -> None:

@@ -35,11 +35,11 @@ import pyarrow.parquet as pq
 
 from stackcurate.core import io
 from stackcurate.core.config import option, output_settings
+from stackcurate.core.contract import StageContext, StageOutput, split_by_reason
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.paths import filters_dir
 from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import put_column
-from stackcurate.core.stage import StageOutput, TaskContext, split_by_reason
 from stackcurate.core.tables import read_name_list
 from stackcurate.stages import license_detect
 
@@ -127,7 +127,7 @@ class LicenseScanStage(RecordStage):
         return StageOutput(kept=pa.Table.from_pylist(rows, schema=SCAN_SCHEMA))
 
 
-def scan(cfg: LicenseConfig, ctx: TaskContext) -> LicenseConfig:
+def scan(cfg: LicenseConfig, ctx: StageContext) -> LicenseConfig:
     """Pass 1 into `<out>/license_scan` (resumable; reused when done), unless `detections` names one."""
     if cfg.detections is not None:
         return cfg
@@ -161,10 +161,27 @@ def read_opt_out(sources: tuple[str, ...]) -> tuple[frozenset[str], frozenset[st
 
 
 class LicenseStage(RecordStage):
-    """Pass 2: license type of every file, opt-out, and the keep decision (see the module docstring)."""
+    """classify each file's license (permissive, no_license, non_permissive) and apply opt-outs
+
+    Give every file a license_type as The Stack v2 did: the repository's license from GitHub metadata when there
+    is one, otherwise the licenses found in the LICENSE, COPYING, README and NOTICE files of the same repository,
+    in the file's folder or a folder above it. All permissive: permissive; none found: no_license; anything else:
+    non_permissive. Rows whose metadata already carries a license_type keep it (--trust-metadata).
+
+    Removed, by reason: opt_out (repositories or owners listed in --opt-out), license_<type> (the types not in
+    --keep).
+
+    Example:
+      stackcurate license --out work/run --opt-out optout.txt --keep permissive no_license
+    """
 
     name = "license"
+    config = LicenseConfig
     needs = ("repo_name", "path", "content")
+
+    @classmethod
+    def before_shards(cls, cfg: LicenseConfig, ctx: StageContext) -> LicenseConfig:
+        return scan(cfg, ctx)
 
     def __init__(self, cfg: LicenseConfig) -> None:
         super().__init__(cfg)

@@ -20,7 +20,7 @@ def _pid(_: int) -> int:
 
 def _language(tmp_path: Path, out: str, opts: RunOptions, executor: object = None) -> object:
     spec = get_stage("language")
-    cfg = build_config(spec.config_cls, {})
+    cfg = build_config(spec.config, {})
     return run_stage(spec, cfg, str(tmp_path / out), opts, input_uri=str(tmp_path / "in"), executor=executor)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import data_files, sharded_records
+from helpers import StageWrapper, data_files, sharded_records, wrapped_stage
 
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
@@ -52,7 +52,7 @@ def _hold(folder: str, name: str) -> None:
         time.sleep(0.05)
 
 
-class _HoldShards:
+class _HoldShards(StageWrapper):
     """Wraps a stage: a held shard, once its first batch is written, leaves `started.<shard>.<node id>` in
     `folder` and waits there until the file `release` appears, forever on a node marked `doomed.<node id>`
     (if its worker outlived the node, it must not finish the shard)."""
@@ -79,9 +79,8 @@ def _language(
     spec = get_stage("language")
     if hold is not None:
         folder, held = hold
-        build = spec.build
-        spec = dataclasses.replace(spec, build=lambda cfg: _HoldShards(build(cfg), folder, held))
-    config = build_config(spec.config_cls, {"languages": str(Path(LANGUAGES).resolve())})
+        spec = wrapped_stage(spec, lambda stage: _HoldShards(stage, folder, held))
+    config = build_config(spec.config, {"languages": str(Path(LANGUAGES).resolve())})
     return run_stage(spec, config, str(tmp_path / out), opts, input_uri=str(tmp_path / "in"))
 
 

@@ -1,6 +1,5 @@
 """How Ray runs fail: one line, within seconds, with the cause named; a worker's own exception as itself."""
 
-import dataclasses
 import errno
 import os
 import re
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import data_files, free_port, sharded_records
+from helpers import StageWrapper, data_files, free_port, sharded_records, wrapped_stage
 
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
@@ -110,12 +109,12 @@ def test_a_cluster_that_wants_a_token_says_so_and_joins_with_it(tmp_path):
         head.wait(timeout=30)
     spec = get_stage("language")
     local = tmp_path / "local"
-    config = build_config(spec.config_cls, {"languages": LANGUAGES})
+    config = build_config(spec.config, {"languages": LANGUAGES})
     run_stage(spec, config, str(local), RunOptions(runner="local", progress=False), input_uri=str(tmp_path / "in"))
     assert data_files(tmp_path / "out/language") == data_files(local / "language")
 
 
-class _Raises:
+class _Raises(StageWrapper):
     """Wraps a stage; its call on shard 00001's rows raises `error`, as a stage's own code would."""
 
     def __init__(self, stage: object, error: BaseException) -> None:
@@ -134,9 +133,8 @@ class _Raises:
 
 
 def _language(tmp_path: Path, out: str, wrap: type, *args: object) -> StageResult:
-    spec = get_stage("language")
-    spec = dataclasses.replace(spec, build=lambda cfg: wrap(get_stage("language").build(cfg), *args))
-    config = build_config(spec.config_cls, {"languages": LANGUAGES})
+    spec = wrapped_stage(get_stage("language"), lambda stage: wrap(stage, *args))
+    config = build_config(spec.config, {"languages": LANGUAGES})
     opts = RunOptions(runner="ray", workers=2, progress=False)
     return run_stage(spec, config, str(tmp_path / out), opts, input_uri=str(tmp_path / "in"))
 
@@ -180,7 +178,7 @@ def test_a_task_s_own_exception_reaches_the_driver_as_itself(ray_local):
     assert (caught.value.errno, caught.value.filename) == (errno.ENOENT, "/data/2")
 
 
-class _DieAlways:
+class _DieAlways(StageWrapper):
     """Wraps a stage; the worker process exits in the middle of shard 00001, every time."""
 
     def __init__(self, stage: object) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import data_files, free_port, read_all, sharded_records
+from helpers import StageWrapper, data_files, free_port, read_all, sharded_records, wrapped_stage
 
 from stackcurate.core.config import build_config
 from stackcurate.pipeline import RunOptions, run_stage
@@ -30,7 +30,7 @@ def _input(tmp_path: Path, shards: int = 3) -> Path:
 
 def _language(tmp_path: Path, out: str, opts: RunOptions, **cfg) -> object:
     spec = get_stage("language")
-    config = build_config(spec.config_cls, {"languages": "filters/languages/starcoder2_smol_v1.txt", **cfg})
+    config = build_config(spec.config, {"languages": "filters/languages/starcoder2_smol_v1.txt", **cfg})
     return run_stage(spec, config, str(tmp_path / out), opts, input_uri=str(tmp_path / "in"))
 
 
@@ -60,7 +60,7 @@ class _Crash(BaseException):  # like KeyboardInterrupt or a killed worker: not b
     pass
 
 
-class _CrashOnShard:
+class _CrashOnShard(StageWrapper):
     """Wraps a stage and dies in the middle of one shard, after part of it was written."""
 
     def __init__(self, stage, crash_path: str) -> None:
@@ -80,7 +80,7 @@ class _CrashOnShard:
         return self.stage(table)
 
 
-class _DieOnce:
+class _DieOnce(StageWrapper):
     """Wraps a stage; the worker process exits in the middle of one shard, the first time only."""
 
     def __init__(self, stage, crash_path: str, flag: str) -> None:
@@ -107,8 +107,8 @@ def test_a_dead_ray_worker_is_replaced_and_its_shard_redone(tmp_path, ray_local,
     clean = _language(tmp_path, "clean", RunOptions(runner="ray", workers=2, progress=False))
     spec = get_stage("language")
     flag = str(tmp_path / "died")
-    dying = dataclasses.replace(spec, build=lambda cfg: _DieOnce(spec.build(cfg), "00002.parquet", flag))
-    config = build_config(spec.config_cls, {"languages": "filters/languages/starcoder2_smol_v1.txt"})
+    dying = wrapped_stage(spec, lambda stage: _DieOnce(stage, "00002.parquet", flag))
+    config = build_config(spec.config, {"languages": "filters/languages/starcoder2_smol_v1.txt"})
     crashed = run_stage(
         dying, config, str(tmp_path / "crashed"), RunOptions(runner="ray", workers=2, progress=False),
         input_uri=str(tmp_path / "in"),
@@ -125,8 +125,8 @@ def test_interrupted_stage_reruns_to_the_same_result(tmp_path):
     clean = _language(tmp_path, "clean", opts, batch_rows=2)
 
     spec = get_stage("language")
-    cfg = build_config(spec.config_cls, {"languages": "filters/languages/starcoder2_smol_v1.txt", "batch_rows": 2})
-    crashing = dataclasses.replace(spec, build=lambda c: _CrashOnShard(spec.build(c), "00002.parquet"))
+    cfg = build_config(spec.config, {"languages": "filters/languages/starcoder2_smol_v1.txt", "batch_rows": 2})
+    crashing = wrapped_stage(spec, lambda stage: _CrashOnShard(stage, "00002.parquet"))
     with pytest.raises(_Crash):
         run_stage(crashing, cfg, str(tmp_path / "rerun"), opts, input_uri=str(tmp_path / "in"))
     stage_dir = tmp_path / "rerun/language"

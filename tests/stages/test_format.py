@@ -152,7 +152,7 @@ def _records(tmp_path: Path, order_seed: int | None = None, files: int = 3) -> P
 
 def _format(tmp_path: Path, out: str, opts: RunOptions | None = None, **cfg) -> dict[int, str]:
     spec = get_stage("format")
-    config = build_config(spec.config_cls, cfg)
+    config = build_config(spec.config, cfg)
     run_stage(spec, config, str(tmp_path / out), opts or RunOptions(runner="local", progress=False),
               input_uri=str(tmp_path / "in"))  # fmt: skip
     table = read_all(tmp_path / out / "format")

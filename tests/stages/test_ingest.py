@@ -63,7 +63,7 @@ def ingest(out: Path, **values: object) -> Ingested:
         k: ([str(x) for x in v] if isinstance(v, list | tuple) else (str(v) if isinstance(v, Path) else v))
         for k, v in values.items()
     }
-    cfg = build_config(spec.config_cls, values)
+    cfg = build_config(spec.config, values)
     result = run_stage(spec, cfg, str(out), RunOptions(runner="local", progress=False))
     stage = out / "ingest"
     return Ingested(
@@ -651,7 +651,7 @@ def _user_error_cases(tmp_path: Path) -> dict[str, tuple[dict, str]]:
 def test_user_errors(tmp_path, case):
     values, phrase = _user_error_cases(tmp_path)[case]
     spec = get_stage("ingest")
-    cfg = build_config(spec.config_cls, values)
+    cfg = build_config(spec.config, values)
     with pytest.raises(StackcurateError, match=phrase):
         plan(cfg)
     with pytest.raises(StackcurateError, match=phrase):

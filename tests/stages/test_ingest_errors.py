@@ -37,7 +37,7 @@ FAST = {"fetch_retries": 2, "fetch_backoff": 0.05}
 
 def _run(out: Path, runner: str = "local", **values: object) -> StageResult:
     spec = get_stage("ingest")
-    cfg = build_config(spec.config_cls, values)
+    cfg = build_config(spec.config, values)
     return run_stage(spec, cfg, str(out), RunOptions(runner=runner, progress=False, workers=2))
 
 
@@ -339,7 +339,7 @@ def test_bad_metadata_column_is_one_line_naming_file_and_column_before_any_work(
     message = f"metadata {bad}{tail}"
     values = {"metadata": [str(root / "metadata/*.parquet")], "content": str(root)}
     with pytest.raises(StackcurateError) as failure:
-        plan(build_config(get_stage("ingest").config_cls, values))
+        plan(build_config(get_stage("ingest").config, values))
     assert str(failure.value) == message
     out = tmp_path / "out"
     argv = ["ingest", "--out", str(out), "--metadata", *values["metadata"], "--content", str(root)]
@@ -428,7 +428,7 @@ def test_record_stages_read_around_a_corrupt_row_group_too(tmp_path):
     pq.write_table(make_table([(f"/f{i}.py", f"x = {i}\n") for i in range(6)]), records, row_group_size=2)
     _corrupt_row_group(records, 1, "content")
     spec = get_stage("language")
-    cfg = build_config(spec.config_cls, {})
+    cfg = build_config(spec.config, {})
     opts = RunOptions(runner="local", progress=False)
     result = run_stage(spec, cfg, str(tmp_path / "out"), opts, input_uri=str(tmp_path / "out/ingest"))
     kept = read_all(tmp_path / "out/language")

@@ -146,7 +146,7 @@ def test_scancode_detection_through_the_stage(tmp_path):
     table = table.set_column(0, "doc_id", pa.array(range(table.num_rows), pa.int64()))
     write_records(tmp_path / "in", [table])
     spec = get_stage("license")
-    cfg = build_config(spec.config_cls, {})
+    cfg = build_config(spec.config, {})
     result = run_stage(
         spec, cfg, str(tmp_path / "out"), RunOptions(runner="local", progress=False), input_uri=str(tmp_path / "in")
     )

@@ -15,7 +15,7 @@ from stackcurate.stages import get_stage
 
 pytest.importorskip("presidio_analyzer")
 
-from stackcurate.core.stage import plan_parquet  # noqa: E402
+from stackcurate.core.planning import plan_parquet  # noqa: E402
 from stackcurate.stages.filter import NOTEBOOK_FIELDS  # noqa: E402
 from stackcurate.stages.pii import SPAN_TYPE, Detector, PiiConfig, PiiStage, escapes, redact, rules  # noqa: E402
 

@@ -122,7 +122,7 @@ def _documents(tmp_path: Path, files: int = 3) -> dict[int, str]:
 
 def _tokenize(tmp_path: Path, out: str, opts: RunOptions | None = None, **cfg) -> Path:
     spec = get_stage("tokenize")
-    config = build_config(spec.config_cls, cfg)
+    config = build_config(spec.config, cfg)
     run_stage(spec, config, str(tmp_path / out), opts or RunOptions(runner="local", progress=False),
               input_uri=str(tmp_path / "in"))  # fmt: skip
     return tmp_path / out / "tokenize" / "megatron"
@@ -204,7 +204,7 @@ def test_train_on_first_use_then_reuse(tmp_path):
 
 
 def test_the_training_sample_reads_a_file_cut_into_row_ranges_once(tmp_path):
-    from stackcurate.core.stage import plan_parquet
+    from stackcurate.core.planning import plan_parquet
     from stackcurate.stages.tokenize import TokenizeConfig, _sample
 
     texts = [f"def f{i}(x):\n    return x + {i}\n" for i in range(2_500)]

@@ -42,19 +42,14 @@ import pyarrow.parquet as pq
 
 from stackcurate.core import io, shuffle
 from stackcurate.core.config import option, to_dict
+from stackcurate.core.contract import Shard, StageContext, StageOutput, split_by_reason
+from stackcurate.core.counters import Counters
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.layout import StageDir
 from stackcurate.core.phases import WORK
+from stackcurate.core.planning import read_records
 from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import STATS_SCHEMA, with_reason
-from stackcurate.core.stage import (
-    Counters,
-    Shard,
-    StageDir,
-    StageOutput,
-    TaskContext,
-    read_records,
-    split_by_reason,
-)
 from stackcurate.stages.dedup import bands as band_layout
 from stackcurate.stages.dedup import graph
 
@@ -542,7 +537,7 @@ def _cluster_stats(clusters: pa.Table, run_id: str, part: int) -> pa.Table:
 # ---- orchestration ---------------------------------------------------------------------------------------
 
 
-def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
+def cluster(cfg: DedupConfig, ctx: StageContext) -> DedupConfig:
     """Run signature, bucket and cluster into `<out>/dedup_clusters` (or reuse a finished one)."""
     if cfg.clusters is not None:
         return cfg
@@ -588,7 +583,7 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
                 raise StackcurateError("connected components did not converge in 100 rounds; please report this")
     run("member", member_task, [(step, p) for p in range(partitions)])
     run("cluster", cluster_task, [(p, ctx.run_id) for p in range(partitions)])
-    phases.finish()
+    phases.complete()
     return result
 
 
@@ -596,10 +591,30 @@ def cluster(cfg: DedupConfig, ctx: TaskContext) -> DedupConfig:
 
 
 class DedupStage(RecordStage):
-    """Move the rows of duplicates to `removed/`, with the doc_id kept in their place."""
+    """remove exact and near-duplicate files (MinHash LSH, StarCoder2's settings)
+
+    Remove exact duplicates (the same bytes) and near duplicates (MinHash LSH at Jaccard --threshold, 0.7 by
+    default, as StarCoder2), keeping one file of each group: the first by license (permissive, then no license,
+    then non-permissive), stars, forks and dates. By default (--verify) two files are near duplicates only if their
+    actual Jaccard similarity reaches the threshold; --no-verify is StarCoder2's unverified recipe.
+
+    The groups are written to OUT/dedup_clusters (doc_id, cluster_id, cluster_size, kept_doc_id, reason).
+    Removed, by reason: exact_duplicate, near_duplicate; duplicate_of names the file kept in their place.
+
+    Examples:
+      stackcurate dedup --out work/run --threshold 0.7 --num-perm 256
+      stackcurate query work/run "select cluster_size, count(*) from dedup_clusters group by 1 order by 1"
+    """
 
     name = "dedup"
+    config = DedupConfig
+    fuse = "head"
+    kinds = None
     needs = ("doc_id", "blob_id", "content")
+
+    @classmethod
+    def before_shards(cls, cfg: DedupConfig, ctx: StageContext) -> DedupConfig:
+        return cluster(cfg, ctx)
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         if self.cfg.clusters is None:

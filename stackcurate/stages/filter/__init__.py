@@ -27,10 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stackcurate.core.config import option
+from stackcurate.core.contract import StageOutput, split_by_reason
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import NOTEBOOK_CELLS, NOTEBOOK_SCRIPT, put_column
-from stackcurate.core.stage import StageOutput, split_by_reason
 from stackcurate.core.text import as_texts
 from stackcurate.stages.filter import notebooks, scores
 from stackcurate.stages.filter.rules import RuleSet, applies, decide, load_rule_set, table_score
@@ -79,9 +79,24 @@ def parse_overrides(pairs: tuple[str, ...]) -> dict[str, float | None]:
 
 
 class FilterStage(RecordStage):
-    """Score, then decide (see the module docstring)."""
+    """score every file with heuristic quality rules and remove those that fail one
+
+    Score every file with the rules of a rule set, and remove it by the first rule that fails. Two published rule
+    sets ship with stackcurate: filters/starcoder2_v1.yaml (The Stack v2: line counts and lengths, auto-generated
+    files, alphabetic share, encoded data, per-language caps, HTML) and filters/starcoder_v1.yaml (StarCoder:
+    per-extension thresholds, XML, HTML and JSON/YAML sizes). --overrides changes a rule's threshold by name.
+    Jupyter notebooks are judged on their code, not on their JSON.
+
+    Adds one score column per rule (max_line_length, alpha_fraction, ...: re-threshold later with a query), and
+    notebook_script, notebook_language and notebook_cells for notebooks.
+    Removed, by reason: the name of the rule that failed, and notebook_unreadable.
+
+    Example:
+      stackcurate filter --out work/run --rules filters/starcoder2_v1.yaml --overrides max_line_length=2000
+    """
 
     name = "filter"
+    config = FilterConfig
     needs = ("path", "content", "language", "extension")
 
     def __init__(self, cfg: FilterConfig) -> None:

@@ -10,8 +10,9 @@ Every random draw comes from a generator seeded by (seed, repository) or (seed, 
 depend on the input and the seed only: not on the number of workers, the order of rows or of shards.
 
 Output columns: `doc_id` (the smallest doc_id of the files in it), `text`, `repo_name`, `language` (the one
-with the most bytes), `doc_ids` (its files, in text order), `kind` (`file`, `repository`, `notebook`),
-`fim_files` (files in FIM form), `length_bytes`. The end-of-document token is not in `text`: the tokenizer
+with the most bytes), `doc_ids` (its files, in text order), `kind` (`file`, `repository`, `notebook`, or the
+kind of a record that is not a file, whose text is taken as its source rendered it), `fim_files` (files in FIM
+form), `length_bytes`. The end-of-document token is not in `text`: the tokenizer
 appends it. Nothing is removed.
 
 Example:
@@ -30,8 +31,11 @@ import pyarrow.parquet as pq
 
 from stackcurate.core import io, shuffle
 from stackcurate.core.config import option, to_dict
+from stackcurate.core.contract import Shard, Stage, StageContext, StageOutput
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext, plan_fingerprint
+from stackcurate.core.fingerprint import plan_fingerprint
+from stackcurate.core.layout import StageDir
+from stackcurate.core.schema import FILE_KIND, KIND
 from stackcurate.stages.format import templates
 
 GROUPS_STAGE = "format_groups"
@@ -50,7 +54,7 @@ FORMAT_SCHEMA = pa.schema(
     ]
 )
 _COLUMNS = ("doc_id", "repo_name", "path", "content", "language", "star_events_count", "notebook_script",
-            "notebook_cells")  # fmt: skip
+            "notebook_cells", KIND)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +133,7 @@ def group_task(shards: tuple[Shard, ...], root: str, index: int, batch_rows: int
     return {"rows": rows}
 
 
-def group(cfg: FormatConfig, ctx: TaskContext) -> FormatConfig:
+def group(cfg: FormatConfig, ctx: StageContext) -> FormatConfig:
     """starcoder2: shuffle the input by repository into `<out>/format_groups` (or reuse a finished one)."""
     if cfg.mode != "starcoder2" or cfg.groups is not None:
         return cfg
@@ -148,11 +152,11 @@ def group(cfg: FormatConfig, ctx: TaskContext) -> FormatConfig:
     if not phases.done:
         items = [(shards, io.join(phases.uri, "data"), i, cfg.batch_rows) for i in range(len(shards))]
         phases.run("group", group_task, items, "format group")
-        phases.finish()
+        phases.complete()
     return result
 
 
-def drop_groups(cfg: FormatConfig, ctx: TaskContext) -> None:
+def drop_groups(cfg: FormatConfig, ctx: StageContext) -> None:
     """Once every shard is formatted, the grouped copy of the input goes (it is as large as the input)."""
     out = StageDir(ctx.out, GROUPS_STAGE)
     if cfg.groups is not None and cfg.groups == out.uri and io.exists(out.fs, out.root):
@@ -167,7 +171,10 @@ def _documents(rows: list[dict[str, Any]], cfg: FormatConfig) -> list[dict[str, 
     rates, docs = cfg.rates, []
     code_rows = []
     for row in rows:
-        if row.get("notebook_cells") is not None and cfg.notebooks != "raw":
+        if (kind := row.get(KIND) or FILE_KIND) != FILE_KIND:
+            # A record of another kind (an issue thread, a commit) holds its text as its source rendered it.
+            docs.append(_doc(row["content"] or "", [row], kind, 0))
+        elif row.get("notebook_cells") is not None and cfg.notebooks != "raw":
             if cfg.notebooks == "structured":
                 text = templates.jupyter_structured(row["notebook_cells"], cfg.max_output_chars)
             else:
@@ -217,14 +224,34 @@ def _doc(text: str, rows: list[dict[str, Any]], kind: str, fimmed: int) -> dict[
     }
 
 
-class FormatStage:
-    """Turns file rows into documents; reads whole repositories in starcoder2 mode."""
+class FormatStage(Stage):
+    """turn the files into training documents (repository context, fill-in-the-middle)
+
+    Turn the curated files into training documents. --mode starcoder2 (the default) puts the files of a repository
+    together, with repository context; --mode starcoder formats each file on its own. Notebooks become documents of
+    their own. Fill-in-the-middle is applied to a share of the documents (--fim-rate), and every random choice is
+    seeded by --seed and the repository, so the documents do not depend on the number of workers or the input's
+    order.
+
+    Writes one row per document: doc_id, text, repo_name, language, doc_ids (its files), kind (file, repository,
+    notebook), fim_files and length_bytes. Nothing is removed.
+
+    Example:
+      stackcurate format --out work/run --mode starcoder2 --seed 42
+    """
 
     name = "format"
+    config = FormatConfig
+    kinds = None
     needs = ("doc_id", "content")
 
-    def __init__(self, cfg: FormatConfig) -> None:
-        self.cfg = cfg
+    @classmethod
+    def before_shards(cls, cfg: FormatConfig, ctx: StageContext) -> FormatConfig:
+        return group(cfg, ctx)
+
+    @classmethod
+    def after_shards(cls, cfg: FormatConfig, ctx: StageContext) -> None:
+        drop_groups(cfg, ctx)
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         if self.cfg.mode == "starcoder":

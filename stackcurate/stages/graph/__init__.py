@@ -46,9 +46,10 @@ import pyarrow.compute as pc
 
 from stackcurate.core import io
 from stackcurate.core.config import option
+from stackcurate.core.contract import Shard, Stage, StageContext, StageOutput
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.layout import StageDir
 from stackcurate.core.schema import ERROR_SCHEMA, extension_of
-from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext
 from stackcurate.stages.graph import walk as w
 
 WALK_STAGE = "graph_walk"
@@ -130,7 +131,7 @@ def _opt_out(cfg: GraphConfig) -> frozenset[str]:
     return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
 
 
-def run_walk(cfg: GraphConfig, ctx: TaskContext) -> GraphConfig:
+def run_walk(cfg: GraphConfig, ctx: StageContext) -> GraphConfig:
     """The walk's phases into `<out>/graph_walk` (reused when finished, resumed when not)."""
     if cfg.walk is not None:
         return cfg
@@ -189,7 +190,7 @@ def run_walk(cfg: GraphConfig, ctx: TaskContext) -> GraphConfig:
     return result
 
 
-def drop_walk(cfg: GraphConfig, ctx: TaskContext) -> None:
+def drop_walk(cfg: GraphConfig, ctx: StageContext) -> None:
     """Once every shard is written, the walk's work files go."""
     out = StageDir(ctx.out, WALK_STAGE)
     if cfg.walk is not None and cfg.walk.startswith(out.uri) and io.exists(out.fs, out.root):
@@ -220,13 +221,43 @@ def _texts(names: pa.ChunkedArray) -> tuple[pa.Array, list[int]]:
         return pa.array(texts, pa.string()), bad
 
 
-class GraphStage:
-    """Writes the walked files of one partition of origins (the walk itself ran in `run_walk`)."""
+class GraphStage(Stage):
+    """walk a Software Heritage graph export to the file metadata that ingest reads
+
+    Walk a Software Heritage graph export (its ORC tables, in a folder or on S3) to one metadata row per file of
+    each origin's latest full visit, as The Stack v2 started: blob_id, content_id, path, repo_name, branch,
+    revision and visit dates, length_bytes, extension. In a pipeline, an ingest right after graph reads these rows
+    when it is given no metadata of its own.
+
+    Removed, by reason: symlink, submodule, path_too_deep (deeper than --max-depth), skipped_content and
+    hidden_content (Software Heritage holds no bytes), content_missing (not in the export's content tables).
+    An ORC file that cannot be read is an error row; the rest of the export is still walked.
+
+    Examples:
+      stackcurate graph --export s3://softwareheritage/graph/2023-09-06-popular-1k --out work/run \\
+          --origins '^https://github\\.com/'
+      stackcurate ingest --out work/run --metadata 'work/run/graph/*.parquet' --content s3://softwareheritage
+    """
 
     name = "graph"
+    config = GraphConfig
+    reads_records = False
+    kinds = None
+
+    @classmethod
+    def plan(cls, cfg: GraphConfig, input_uri: str | None) -> list[Shard]:
+        return plan(cfg)
+
+    @classmethod
+    def before_shards(cls, cfg: GraphConfig, ctx: StageContext) -> GraphConfig:
+        return run_walk(cfg, ctx)
+
+    @classmethod
+    def after_shards(cls, cfg: GraphConfig, ctx: StageContext) -> None:
+        drop_walk(cfg, ctx)
 
     def __init__(self, cfg: GraphConfig) -> None:
-        self.cfg = cfg
+        super().__init__(cfg)
         self.counts: dict[str, int] = {}
 
     def output_schema(self, shard: Shard) -> pa.Schema:

@@ -40,9 +40,10 @@ import pyarrow as pa
 
 from stackcurate.core import io
 from stackcurate.core.config import option
+from stackcurate.core.contract import Shard, Stage, StageOutput
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.planning import plan_parquet
 from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, extension_of, with_reason
-from stackcurate.core.stage import Shard, StageOutput, plan_parquet
 from stackcurate.stages.ingest import fetch, sources
 from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placeholder, sha1_hex
 from stackcurate.stages.ingest.fetch import FetchOptions
@@ -207,13 +208,38 @@ def _only(tables: Iterator[pa.Table], wanted: Callable[[str | None], bool]) -> I
         yield table.filter(pa.array([wanted(p) for p in table.column("path").to_pylist()], pa.bool_()))
 
 
-class IngestStage:
-    """Reads each source into raw rows, then decodes and checks them (see the module docstring)."""
+class IngestStage(Stage):
+    """read Software Heritage archives and local code into file records
+
+    Read source files into file records, one row per file with its decoded text, from any mix of:
+      --metadata + --content  The Stack v2 file metadata (Parquet) and the content store holding its
+                              content/<blob_id> gzip objects (a folder, or s3://softwareheritage for SWH)
+      --bundles               Software Heritage vault bundles (directory .tar.gz, git-bare .git.tar)
+      --repos                 local folders or git repositories
+
+    Removed, by reason: binary, empty, too_large, too_deep, symlink, submodule, swh_placeholder.
+    Errors (files that could not be read), by reason: missing_blob, fetch_failed, corrupt_gzip,
+    decompression_bomb, hash_mismatch, undecodable, bad_metadata, unsafe_member, corrupt_bundle, unreadable_input.
+
+    A content store that is down is retried (--fetch-retries, --fetch-backoff); shards whose reads still fail are
+    left unfinished, and rerunning the same command redoes only those.
+
+    Examples:
+      stackcurate ingest --metadata 'meta/*.parquet' --content s3://softwareheritage --out work/run
+      stackcurate ingest --bundles 'vault/*.tar*' --repos ~/src/myproject --out work/run
+    """
 
     name = "ingest"
+    config = IngestConfig
+    reads_records = False
+    fuse = "head"
+    follows = "graph"
+    kinds = None  # a source: its sources say which kinds they read
 
-    def __init__(self, cfg: IngestConfig) -> None:
-        self.cfg = cfg
+    @classmethod
+    def plan(cls, cfg: IngestConfig, input_uri: str | None) -> list[Shard]:
+        """Metadata row ranges, then bundles, then repositories; `input_uri` is a graph stage's metadata."""
+        return plan(cfg, input_uri)
 
     def output_schema(self, shard: Shard) -> pa.Schema:
         return FILE_SCHEMA

@@ -27,9 +27,9 @@ from typing import Any
 import pyarrow as pa
 
 from stackcurate.core import io
+from stackcurate.core.contract import Shard
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import DOC_ID_ORDINAL_BITS, FILE_SCHEMA
-from stackcurate.core.stage import Shard
 from stackcurate.stages.ingest import fetch
 from stackcurate.stages.ingest.content import gunzip_bounded
 

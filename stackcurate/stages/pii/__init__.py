@@ -51,10 +51,10 @@ import pyarrow as pa
 
 from stackcurate.core import io
 from stackcurate.core.config import option
+from stackcurate.core.contract import StageContext, StageOutput
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import TEXT_COLUMNS, extension_of, put_column
-from stackcurate.core.stage import StageOutput, TaskContext
 from stackcurate.stages.pii import escapes, redact, rules
 from stackcurate.stages.pii.entities import DETECTOR, EMAIL, ENTITIES, IP_ADDRESS, KEY, NAME, PASSWORD
 from stackcurate.stages.pii.model import MODEL_ENTITIES, EncoderModel, cache_dir
@@ -166,7 +166,7 @@ def resolve_model(cfg: PiiConfig) -> PiiConfig:
     return dataclasses.replace(cfg, model=str(default_model_folder()))
 
 
-def prepare(cfg: PiiConfig, ctx: TaskContext) -> PiiConfig:
+def prepare(cfg: PiiConfig, ctx: StageContext) -> PiiConfig:
     return resolve_model(cfg)
 
 
@@ -316,10 +316,34 @@ def _texts(holder: Any, key: int | str, where: str) -> Iterator[Place]:
 
 
 class PiiStage(RecordStage):
-    """Redact PII in every text column and record the spans (see the module docstring)."""
+    """find and redact emails, IP addresses, keys, passwords, names and usernames
+
+    Find personal and secret data in every text column (EMAIL, IP_ADDRESS, KEY, PASSWORD, NAME, USERNAME) with
+    code-aware patterns and a small encoder model shipped with stackcurate (--model none: patterns only), then
+    spare what StarCoder did not redact (short values, private IPs, example and no-reply addresses, placeholders).
+
+    The types in --entities are detected and recorded; of those, the types in --redact are replaced in the text by
+    <EMAIL>, <KEY>, <PASSWORD>, <NAME>, <USERNAME> (IP addresses by addresses of a fixed private pool). Every
+    detected span is recorded in the pii_spans column (which text, type, offsets, detector, replacement); the value
+    itself is never stored or logged. No file is removed.
+
+    Examples:
+      stackcurate pii --out work/run --entities EMAIL KEY PASSWORD IP_ADDRESS --model none
+      stackcurate pii --out work/run --redact EMAIL IP_ADDRESS KEY PASSWORD NAME USERNAME
+    """
 
     name = "pii"
+    config = PiiConfig
+    kinds = None
     needs = ("content",)
+
+    @classmethod
+    def before_shards(cls, cfg: PiiConfig, ctx: StageContext) -> PiiConfig:
+        return prepare(cfg, ctx)
+
+    @classmethod
+    def resources(cls, cfg: PiiConfig) -> dict[str, float]:
+        return resources(cfg)
 
     def __init__(self, cfg: PiiConfig) -> None:
         super().__init__(cfg)

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 
 from stackcurate.core import io
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.layout import PURGED, SUCCESS
 from stackcurate.core.schema import TEXT_COLUMNS
-from stackcurate.core.stage import PURGED
 from stackcurate.stages import STAGE_ORDER
 
 REDACTED_MARK = "pii_spans"  # the column pii adds: its output, and what is made from it, is redacted
@@ -65,7 +65,7 @@ def unredacted(out: str) -> list[str]:
 def purge(out: str, *, dry_run: bool = False) -> Purged:
     """Delete the unredacted Parquet files of the run in `out` (see the module docstring)."""
     fs, root = io.filesystem(out)
-    if not io.exists(fs, io.join(root, "pii", "_SUCCESS")):
+    if not io.exists(fs, io.join(root, "pii", SUCCESS)):
         raise StackcurateError(
             f"{out} has no finished pii output; purge deletes the unredacted text only once pii has redacted it"
         )

@@ -37,8 +37,9 @@ import pyarrow.parquet as pq
 from stackcurate.core import io, megatron, shuffle
 from stackcurate.core import tokens as tk
 from stackcurate.core.config import option
+from stackcurate.core.contract import Shard, Stage, StageContext, StageOutput
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.stage import Shard, StageDir, StageOutput, TaskContext
+from stackcurate.core.layout import StageDir
 from stackcurate.stages.tokenize import tokenizer as bpe
 from stackcurate.stages.tokenize.encoder import Encoder
 
@@ -129,7 +130,7 @@ def train_tokenizer(cfg: TokenizeConfig, shards: list[Shard], input_uri: str | N
     return folder
 
 
-def prepare(cfg: TokenizeConfig, ctx: TaskContext) -> TokenizeConfig:
+def prepare(cfg: TokenizeConfig, ctx: StageContext) -> TokenizeConfig:
     """Train the tokenizer into `<out>/tokenizer` when asked (once: a finished one of the same settings stays)."""
     if cfg.tokenizer != "train":
         bpe.load(cfg.tokenizer)  # a one-line error now rather than on every worker
@@ -143,15 +144,36 @@ def prepare(cfg: TokenizeConfig, ctx: TaskContext) -> TokenizeConfig:
 # ---- 2. tokenize -----------------------------------------------------------------------------------------
 
 
-class TokenizeStage:
-    """Encodes documents in batches; the end-of-document token closes each one."""
+class TokenizeStage(Stage):
+    """tokenize the documents into Megatron-LM .bin/.idx shards with a manifest
+
+    Tokenize the documents and write what a trainer reads: Megatron-LM .bin/.idx shards of about --shard-mb each,
+    the documents shuffled by --seed, with a manifest.json (tokenizer, special-token ids, vocabulary size,
+    per-shard counts and checksums), under OUT/tokenize/megatron. --tokenizer train (the default) first trains
+    StarCoder's BPE recipe on a sample of this input (--vocab-size, --train-mb); or name a Hugging Face tokenizer
+    folder.
+
+    Examples:
+      stackcurate tokenize --out work/run --tokenizer train --shard-mb 512
+      stackcurate tokenize --out work/run --tokenizer path/to/hf_tokenizer_folder
+    """
 
     name = "tokenize"
+    config = TokenizeConfig
+    kinds = None
     needs = ("doc_id",)
     needs_one_of = ("text", "content")
 
+    @classmethod
+    def before_shards(cls, cfg: TokenizeConfig, ctx: StageContext) -> TokenizeConfig:
+        return prepare(cfg, ctx)
+
+    @classmethod
+    def after_shards(cls, cfg: TokenizeConfig, ctx: StageContext) -> None:
+        write_shards(cfg, ctx)
+
     def __init__(self, cfg: TokenizeConfig) -> None:
-        self.cfg = cfg
+        super().__init__(cfg)
         if cfg.tokenizer == "train":  # checked before `prepare` trains it; the workers get the folder
             self.tokenizer = None
             return
@@ -270,7 +292,7 @@ def shard_task(root: str | list[str], megatron_root: str, part: int, dtype_name:
     return {"shard": f"shard_{part:05d}", **written.__dict__}
 
 
-def write_shards(cfg: TokenizeConfig, ctx: TaskContext) -> None:
+def write_shards(cfg: TokenizeConfig, ctx: StageContext) -> None:
     """Route the tokenized rows to S shards and write them, then the manifest (resumes like the shards)."""
     stage = StageDir(ctx.out, "tokenize")
     if io.exists(stage.fs, io.join(stage.root, MEGATRON_DIR, "manifest.json")):
@@ -311,4 +333,4 @@ def write_shards(cfg: TokenizeConfig, ctx: TaskContext) -> None:
     }
     io.write_bytes_atomic(stage.fs, io.join(stage.root, MEGATRON_DIR, "manifest.json"),
                           (json.dumps(manifest, indent=1) + "\n").encode())  # fmt: skip
-    phases.finish()
+    phases.complete()

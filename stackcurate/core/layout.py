@@ -1,0 +1,138 @@
+"""The output folder of a stage, and the name of every marker file the framework writes.
+
+    <out>/<stage>/0000i.parquet          kept rows
+    <out>/<stage>/removed/0000i.parquet  dropped rows, with `reason` and `detail`
+    <out>/<stage>/errors/0000i.parquet   bad input (see schema.ERROR_SCHEMA)
+    <out>/<stage>/stats/0000i.parquet    counters (schema.STATS_SCHEMA): additive, except `rss_peak`
+    <out>/<stage>/_shards/0000i.json     completion marker, written last
+    <out>/<stage>/_plan.json             the fingerprint of the config and plan the folder holds
+    <out>/<stage>/_config.yaml           the stage's resolved config, as it ran
+    <out>/<stage>/_SUCCESS               every shard is done and the stage complete
+
+Each file is written under a temporary name and moved into place, and the marker is the commit point: a
+rerun skips shards that have one and redoes the others, overwriting whatever they left. So an interrupted
+stage, rerun, gives the same files as an uninterrupted one, with nothing lost or duplicated, whatever the
+number of workers.
+"""
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from stackcurate.core import io
+from stackcurate.core.contract import SHARD_DIGITS, Shard
+from stackcurate.core.counters import UNITS
+from stackcurate.core.errors import StackcurateError
+from stackcurate.core.schema import STATS_SCHEMA
+
+SUCCESS = "_SUCCESS"  # a stage folder whose every shard is done
+PLAN = "_plan.json"  # a stage folder's fingerprint (and request): what its output depends on
+SHARDS = "_shards"  # the folder of a stage's per-shard completion markers
+CONFIG = "_config.yaml"  # a stage folder's resolved config; in a run folder, the last `stackcurate run`'s pipeline
+PIPELINE = "_pipeline.json"  # in a run folder: the stages of the last `stackcurate run`, in order
+FUSED = "_FUSED"  # in a stage folder whose kept rows were not written: it ran fused with the next stage
+PURGED = "_PURGED"  # in a stage folder whose text `stackcurate purge` deleted (stages/pii/purge.py)
+TEMPORARY = ".tmp-"  # in the name of a file being written (io.AtomicParquetWriter, io.write_bytes_atomic)
+
+
+class StageDir:
+    """The output folder of one stage: file names, the plan, completion markers."""
+
+    def __init__(self, out: str, stage: str, s3: io.S3Options | None = None) -> None:
+        self.uri = io.join(out, stage)
+        self.stage = stage
+        self.s3 = s3
+        self.fs, self.root = io.filesystem(self.uri, s3)
+
+    def path(self, kind: str, shard: Shard | int, suffix: str = ".parquet") -> str:
+        name = shard.name if isinstance(shard, Shard) else f"{shard:0{SHARD_DIGITS}d}"
+        parts = [name + suffix] if kind == "data" else [kind, name + suffix]
+        return io.join(self.root, *parts)
+
+    @property
+    def success_path(self) -> str:
+        return io.join(self.root, SUCCESS)
+
+    def is_complete(self) -> bool:
+        return io.exists(self.fs, self.success_path)
+
+    def done_shards(self) -> set[int]:
+        markers = io.expand(self.fs, io.join(self.root, SHARDS), suffix=".json")
+        return {int(p.rsplit("/", 1)[1].split(".")[0]) for p in markers}
+
+    @property
+    def plan_path(self) -> str:
+        return io.join(self.root, PLAN)
+
+    def _plan(self) -> dict[str, Any] | None:
+        if not io.exists(self.fs, self.plan_path):
+            return None
+        return json.loads(io.read_text(self.fs, self.plan_path))
+
+    def fingerprint(self) -> str | None:
+        """The plan fingerprint of the output in this folder, if any."""
+        plan = self._plan()
+        return None if plan is None else plan["fingerprint"]
+
+    def request(self) -> str | None:
+        """The request fingerprint of the output in this folder (see :meth:`start_run`), if one was recorded."""
+        plan = self._plan()
+        return None if plan is None else plan.get("request")
+
+    def start_run(self, fingerprint: str, *, overwrite: bool, request: str | None = None) -> set[int]:
+        """Create the folder for a run with this plan; return the shards already finished by an earlier run.
+
+        `request` fingerprints what the stage was asked for before its global work filled in what it computes
+        (dedup's clusters, the tokenizer it trains): a dry run, which prepares nothing, compares it to tell a
+        finished output that a run would reuse."""
+        plan_path = self.plan_path
+        if io.exists(self.fs, self.root):
+            previous = self.fingerprint()
+            if overwrite or previous is None:
+                self.fs.delete_dir(self.root)
+            elif previous != fingerprint:
+                raise StackcurateError(
+                    f"{self.uri} holds output of a different input or config; pass --overwrite to replace it "
+                    "or choose another --out"
+                )
+        for sub in ("", "removed", "errors", "stats", SHARDS):
+            self.fs.create_dir(io.join(self.root, sub) if sub else self.root, recursive=True)
+        self._remove_temporaries()
+        plan = {"fingerprint": fingerprint, **({"request": request} if request is not None else {})}
+        if self._plan() != plan:
+            io.write_bytes_atomic(self.fs, plan_path, json.dumps(plan).encode())
+        if io.exists(self.fs, self.success_path):
+            self.fs.delete_file(self.success_path)
+        return self.done_shards()
+
+    def _remove_temporaries(self) -> None:
+        for info in self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True)):
+            if TEMPORARY in info.base_name and info.type == pafs.FileType.File:
+                self.fs.delete_file(info.path)
+
+    def write_run(self, run_id: str, wall_seconds: float, workers: int) -> None:
+        """Record how a run ran this stage (its group's wall time, the most workers at once) as stats rows of
+        their own, `stats/run-<run_id>.parquet`: a resumed stage has one file per run that worked on it."""
+        rows = [{"run_id": run_id, "stage": self.stage, "shard": -1, "metric": metric, "language": None,
+                 "reason": None, "value": float(value), "unit": UNITS[metric]}
+                for metric, value in (("wall_seconds", wall_seconds), ("workers", workers))]  # fmt: skip
+        sink = io.AtomicParquetWriter(self.fs, io.join(self.root, "stats", f"run-{run_id}.parquet"), STATS_SCHEMA)
+        sink.write(pa.Table.from_pylist(rows, schema=STATS_SCHEMA))
+        sink.commit()
+
+    def mark_complete(self, config_yaml: str) -> None:
+        """Mark the stage complete; the temporary files of attempts that died with their worker go."""
+        for path in io.expand(self.fs, self.root):
+            if TEMPORARY in path.rsplit("/", 1)[-1]:
+                self.fs.delete_file(path)
+        io.write_bytes_atomic(self.fs, io.join(self.root, CONFIG), config_yaml.encode())
+        io.write_bytes_atomic(self.fs, self.success_path, b"")
+
+
+def run_stages(out: str) -> list[str] | None:
+    """The stages of the last `stackcurate run` into `out`, in order (None where no run listed them)."""
+    fs, root = io.filesystem(out)
+    listed = io.join(root, PIPELINE)
+    return json.loads(io.read_text(fs, listed))["stages"] if io.exists(fs, listed) else None
