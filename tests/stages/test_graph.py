@@ -88,6 +88,19 @@ def test_every_origin_s_walk_is_git_ls_tree_of_its_commit(export, walked):
     assert walked_origins == 5
 
 
+def test_directory_id_is_the_root_directory_of_the_revision(export, walked):
+    """As in The Stack v2's metadata: every row of an origin, kept or removed, has the root directory of the
+    revision its walk reached (git's tree of the commit), not the folder the file is in."""
+    root, manifest = export
+    kept, removed, _ = walked
+    for origin in (o for o in manifest["origins"] if o.get("commit")):
+        tree = subprocess.run(["git", "-C", str(root / origin["repo"]), "rev-parse", origin["commit"] + "^{tree}"],
+                              capture_output=True, check=True, text=True).stdout.strip()  # fmt: skip
+        rows = _rows(kept, origin["url"]) + _rows(removed, origin["url"])
+        assert any("/" in r["path"][1:] for r in rows), "files in subfolders too"
+        assert {r["directory_id"] for r in rows} == {tree}, origin["url"]
+
+
 def test_blob_id_is_the_sha1_of_the_bytes(export, walked):
     root, manifest = export
     kept = walked[0].to_pylist()

@@ -2,10 +2,11 @@
 
 Reads an export's ORC tables (`<export>/orc/<table>/*.orc`, or `<export>/<table>/*.orc`; a folder or
 `s3://`) and writes, for every origin, the files of its latest full visit's snapshot, as the metadata Parquet
-`stackcurate ingest --metadata` takes: blob_id (sha1), content_id (sha1_git), path, directory_id,
-revision_id, snapshot_id, branch_name, repo_name (github.com/owner/name as `owner/name`, other hosts as
-`host/path`), visit_date, revision_date, committer_date, length_bytes, extension. In a pipeline, an `ingest`
-after `graph` with no `metadata` of its own reads these.
+`stackcurate ingest --metadata` takes: blob_id (sha1), content_id (sha1_git), path, directory_id (the root
+directory of the revision, the same for every file of an origin, as in The Stack v2), revision_id, snapshot_id,
+branch_name, repo_name (github.com/owner/name as `owner/name`, other hosts as `host/path`), visit_date,
+revision_date, committer_date, length_bytes, extension. In a pipeline, an `ingest` after `graph` with no
+`metadata` of its own reads these.
 
 The walk, as The Stack v2 did it with Athena, in phases of tasks on the run's workers (`walk.py`); every
 phase reads ORC files or partitions of an earlier phase and writes partitions by the key of the next join, so

@@ -31,16 +31,21 @@ TARGETS = pa.schema([("okey", pa.int64()), ("branch_name", pa.binary()), ("targe
 RELEASES = pa.schema([("id", pa.string()), ("target", pa.string()), ("target_type", pa.string())])
 UTC = pa.timestamp("us", tz="UTC")
 REVISIONS = pa.schema([("id", pa.string()), ("directory", pa.string()), ("date", UTC), ("committer_date", UTC)])
+# An origin's own columns, joined with its files at the end. `directory_id` is the root directory of its revision,
+# as in The Stack v2's metadata: it rides here, one row per origin, not on the walk's frontier and file rows.
 ORIGINS = pa.schema([("okey", pa.int64()), ("origin", pa.string()), ("visit_date", pa.timestamp("us", tz="UTC")),
                      ("snapshot_id", pa.string()), ("branch_name", pa.binary()), ("revision_id", pa.string()),
-                     ("revision_date", pa.timestamp("us", tz="UTC")),
+                     ("directory_id", pa.string()), ("revision_date", pa.timestamp("us", tz="UTC")),
                      ("committer_date", pa.timestamp("us", tz="UTC"))])  # fmt: skip
+# the columns of ORIGINS that roots_task finds (the others are the origin's visit, from latest_task)
+REVISION_OF_ORIGIN = ("okey", "branch_name", "revision_id", "directory_id", "revision_date", "committer_date")
 FRONTIER = pa.schema([("okey", pa.int64()), ("dir_id", pa.string()), ("prefix", pa.binary())])
 ENTRIES = pa.schema([("directory_id", pa.string()), ("name", pa.binary()), ("type", pa.string()),
                      ("target", pa.string()), ("perms", pa.int32())])  # fmt: skip
 # A file of an origin, or an entry recorded as removed (reason set): partitioned by content id, then by origin.
-FILES = pa.schema([("okey", pa.int64()), ("path", pa.binary()), ("directory_id", pa.string()),
-                   ("content_id", pa.string()), ("reason", pa.string()), ("detail", pa.string())])  # fmt: skip
+# No directory: the origin's root directory joins by `okey` at the end (ORIGINS).
+FILES = pa.schema([("okey", pa.int64()), ("path", pa.binary()), ("content_id", pa.string()),
+                   ("reason", pa.string()), ("detail", pa.string())])  # fmt: skip
 CONTENTS = pa.schema([("sha1_git", pa.string()), ("sha1", pa.string()), ("length", pa.int64()),
                       ("status", pa.string()), ("reason", pa.string())])  # fmt: skip
 ANNOTATED = pa.schema([*FILES, ("blob_id", pa.string()), ("length_bytes", pa.int64())])
@@ -212,7 +217,12 @@ def releases_task(walk: Walk, part: int) -> dict[str, Any]:
 
 
 def roots_task(walk: Walk, part: int) -> dict[str, Any]:
-    """Each origin's revision: its root directory starts the walk; its dates join the origin's columns."""
+    """Each origin's revision: its root directory starts the walk; it and the dates join the origin's columns.
+
+    The root directory is written once per origin here, and reaches the origin's files by the final join on
+    `okey` (`read_annotated`), as `revision_id` does: the frontier and the file rows of the depth rounds stay
+    (origin, directory, path) and (origin, path, content), with no root id per row to carry through every
+    round and shuffle."""
     need = _read(walk, "need_revision", part, TARGETS)
     revisions = _read(walk, "revisions", part, REVISIONS)
     rev = {r[0]: r[1:] for r in zip(*(revisions.column(c).to_pylist() for c in REVISIONS.names), strict=True)}
@@ -222,10 +232,10 @@ def roots_task(walk: Walk, part: int) -> dict[str, Any]:
             continue
         directory, date, committer_date = rev[target]
         frontier.append((okey, directory, b""))
-        origins.append((okey, branch, target, date, committer_date))
+        origins.append((okey, branch, target, directory, date, committer_date))
     table = pa.table({n: [f[i] for f in frontier] for i, n in enumerate(FRONTIER.names)}, schema=FRONTIER)
     _write(walk, "level-0", part, table, _hex_part(table.column("dir_id").to_pylist(), walk.partitions))
-    names = ["okey", "branch_name", "revision_id", "revision_date", "committer_date"]
+    names = list(REVISION_OF_ORIGIN)
     found = pa.table({n: [o[i] for o in origins] for i, n in enumerate(names)},
                      schema=pa.schema([ORIGINS.field(n) for n in names]))  # fmt: skip
     _write(walk, "origin_revisions", part, found, _key_part(found.column("okey").to_numpy(), walk.partitions))
@@ -290,7 +300,7 @@ def level_task(walk: Walk, depth: int, part: int) -> dict[str, Any]:
     for okey, dir_id, prefix in zip(*(frontier.column(c).to_pylist() for c in FRONTIER.names), strict=True):
         holders.setdefault(dir_id, []).append((okey, prefix))
     entries = _entries_of(walk, part, sorted(holders))
-    files: list[tuple[int, bytes, str, str | None, str | None, str | None]] = []
+    files: list[tuple[int, bytes, str | None, str | None, str | None]] = []
     below: list[tuple[int, str, bytes]] = []
     columns = (entries.column(c).to_pylist() for c in ENTRIES.names)
     for dir_id, name, kind, target, perms in zip(*columns, strict=True):
@@ -298,15 +308,15 @@ def level_task(walk: Walk, depth: int, part: int) -> dict[str, Any]:
             path = prefix + b"/" + name
             if kind == "dir":
                 if depth + 2 > walk.max_depth:  # its files would have more than max_depth components
-                    files.append((okey, path, dir_id, None, "path_too_deep", f"a folder at depth {depth + 1}"))
+                    files.append((okey, path, None, "path_too_deep", f"a folder at depth {depth + 1}"))
                 else:
                     below.append((okey, target, path))
             elif kind == "rev" or perms == SUBMODULE:
-                files.append((okey, path, dir_id, None, "submodule", f"revision {target}"))
+                files.append((okey, path, None, "submodule", f"revision {target}"))
             elif perms == SYMLINK:
-                files.append((okey, path, dir_id, target, "symlink", None))
+                files.append((okey, path, target, "symlink", None))
             else:
-                files.append((okey, path, dir_id, target, None, None))
+                files.append((okey, path, target, None, None))
     _write_files(walk, depth, part, files)
     table = pa.table({"okey": [b[0] for b in below], "dir_id": [b[1] for b in below],
                       "prefix": [b[2] for b in below]}, schema=FRONTIER)  # fmt: skip
@@ -381,7 +391,6 @@ def read_annotated(walk: Walk, part: int) -> tuple[pa.Table, pa.Table]:
     """The files of the origins of partition `part`, and those origins' own columns."""
     files = _read(walk, "annotated", part, ANNOTATED)
     heads = _read(walk, "origin_heads", part, HEADS)
-    revisions = _read(walk, "origin_revisions", part, pa.schema([ORIGINS.field(n) for n in
-                      ("okey", "branch_name", "revision_id", "revision_date", "committer_date")]))  # fmt: skip
+    revisions = _read(walk, "origin_revisions", part, pa.schema([ORIGINS.field(n) for n in REVISION_OF_ORIGIN]))
     origins = heads.join(revisions, "okey", join_type="inner").select(ORIGINS.names).cast(ORIGINS)
     return files, origins
