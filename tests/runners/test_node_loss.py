@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import helpers
 import pyarrow as pa
 import pytest
 from helpers import StageWrapper, data_files, sharded_records, wrapped_stage
@@ -97,6 +98,7 @@ def cluster() -> Iterator[object]:
             cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
+        ray.cloudpickle.register_pickle_by_value(helpers)  # its StageWrapper
         yield cluster
     finally:
         ray.shutdown()

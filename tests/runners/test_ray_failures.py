@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import helpers
 import pyarrow as pa
 import pytest
 from helpers import StageWrapper, data_files, free_port, sharded_records, wrapped_stage
@@ -150,6 +151,7 @@ def _language(tmp_path: Path, out: str, wrap: type, *args: object) -> StageResul
 )
 def test_a_shard_s_own_exception_reaches_the_driver_as_itself(tmp_path, ray_local, error):
     ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
+    ray_local.cloudpickle.register_pickle_by_value(helpers)  # its StageWrapper
     _input(tmp_path)
     with pytest.raises(type(error)) as caught:
         _language(tmp_path, "out", _Raises, error)
@@ -171,6 +173,8 @@ def test_a_task_s_own_exception_reaches_the_driver_as_itself(ray_local):
     from stackcurate.runners import ray as runner
 
     ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    ray_local.cloudpickle.register_pickle_by_value(helpers)  # its StageWrapper
     assert runner.map_tasks(_task, [(0,), (1,), (3,)], "tasks", progress=False) == [0, 10, 30]
     with pytest.raises(FileNotFoundError) as caught:
         runner.map_tasks(_task, [(0,), (1,), (2,), (3,)], "tasks", progress=False)
@@ -200,6 +204,7 @@ class _DieAlways(StageWrapper):
 @pytest.mark.ray
 def test_a_shard_that_kills_every_worker_stops_the_run_after_four_attempts(tmp_path, ray_local):
     ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray_local.cloudpickle.register_pickle_by_value(helpers)  # its StageWrapper
     _input(tmp_path, shards=3)
     with pytest.raises(StackcurateError) as caught:
         _language(tmp_path, "out", _DieAlways)

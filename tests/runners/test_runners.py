@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import helpers
 import pytest
 from helpers import StageWrapper, data_files, free_port, read_all, sharded_records, wrapped_stage
 
@@ -103,6 +104,7 @@ class _DieOnce(StageWrapper):
 @pytest.mark.ray
 def test_a_dead_ray_worker_is_replaced_and_its_shard_redone(tmp_path, ray_local, monkeypatch):
     ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
+    ray_local.cloudpickle.register_pickle_by_value(helpers)  # its StageWrapper
     _input(tmp_path, shards=4)
     clean = _language(tmp_path, "clean", RunOptions(runner="ray", workers=2, progress=False))
     spec = get_stage("language")

@@ -140,7 +140,8 @@ def run_walk(cfg: GraphConfig, ctx: StageContext) -> GraphConfig:
     tables = _tables(cfg.export)
     partitions = len(ctx.shards)
     settings = {"export": cfg.export, "origins": cfg.origins, "opt_out": sorted(_opt_out(cfg)),
-                "branches": list(cfg.branches), "max_depth": cfg.max_depth, "partitions": partitions}  # fmt: skip
+                "branches": list(cfg.branches), "max_depth": cfg.max_depth, "partitions": partitions,
+                "layout": 2}  # fmt: skip - 2: directory_id per origin; a walk of layout 1 is not resumed
     phases = ctx.phases(WALK_STAGE, settings)
     result = replace(cfg, walk=phases.work_uri())
     walk = w.Walk(export=cfg.export, work=phases.work_uri(), partitions=partitions, origins=cfg.origins,
