@@ -256,7 +256,7 @@ def test_the_demo_fused_and_with_every_stage_s_rows_gives_the_same_shards_and_re
 
 
 def test_the_readme_s_record_stage_runs_fused_and_checks_its_columns(tmp_path):
-    """The two-file record stage of the README's "Adding a stage" runs as written, fused after language."""
+    """The two-file record stage of docs/extending.md's "Adding a stage" runs as written, fused after language."""
     import types
 
     import pyarrow as pa
@@ -268,10 +268,10 @@ def test_the_readme_s_record_stage_runs_fused_and_checks_its_columns(tmp_path):
     from stackcurate.pipeline import Pipeline, RunOptions, plan_groups, run_pipeline
     from stackcurate.stages import StageSpec, get_stage, plan_records
 
-    readme = (ROOT / "README.md").read_text()
-    code = readme.split("# stackcurate/stages/repetition.py\n", 1)[1].split("```", 1)[0]
+    page = (ROOT / "docs" / "extending.md").read_text()
+    code = page.split("# stackcurate/stages/repetition.py\n", 1)[1].split("```", 1)[0]
     module = types.ModuleType("repetition")
-    exec(compile(code, "README.md", "exec"), module.__dict__)  # noqa: S102 - the README's own example
+    exec(compile(code, "docs/extending.md", "exec"), module.__dict__)  # noqa: S102 - the docs' own example
     spec = StageSpec("repetition", module.RepetitionConfig, module.RepetitionStage, plan_records, fuse="any")
     files = [
         ("/a.py", "x = 1\n" * 9 + "y = 2\n"),
