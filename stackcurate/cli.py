@@ -33,7 +33,7 @@ from stackcurate.stages import STAGE_ORDER, get_stage
 DESCRIPTION, EPILOG = (__doc__ or "").split("\n\n", 1)
 VERBOSE = "debug logging, and print the resolved config"
 
-# The descriptions of the commands that are not stages (a stage's is in its registry entry, stages/__init__.py);
+# The descriptions of the commands that are not stages (a stage's is its class's docstring);
 # written for users: the modules' docstrings are for developers.
 RUN = """\
 Run every stage of a pipeline YAML (pipelines/*.yaml), consecutive record stages fused in one pass per shard.

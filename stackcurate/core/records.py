@@ -3,7 +3,7 @@
 license, language, filter, decontaminate, dedup's removal step and pii are record stages. Each declares the
 columns it needs and the columns it sets, so that a pipeline is checked before any work (a stage fed without a
 column it needs is a one-line error at plan time) and consecutive record stages can run fused, in one pass
-per shard (core/stage.py, `ShardJob`), each knowing the schema of the rows the one before it kept.
+per shard (core/shards.py, `ShardJob`), each knowing the schema of the rows the one before it kept.
 
 A record stage is two things: a frozen config with `batch_rows`, and a subclass with a docstring (its help)
 that sets `name`, `config` and `needs`, overrides `adds` when it sets columns, and implements
