@@ -124,7 +124,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path, runner):
     out.mkdir()
     command = (
         f"mount -t tmpfs -o size=256k tmpfs {out} && "
-        f"{sys.executable} -m stackcurate.entry ingest --repos {repo} --out {out}/run --runner {runner} "
+        f"{sys.executable} -m stackcurate.cli ingest --repos {repo} --out {out}/run --runner {runner} "
         f"--workers 1 --no-progress; echo exit=$?; ls -aR {out}/run/ingest"
     )
     done = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True, text=True, timeout=600)

@@ -182,7 +182,7 @@ def test_checkpoint_loads_with_from_pretrained(checkpoint):
 
 def test_train_command_imports_no_pipeline_libraries(shards, tmp_path):
     code = (
-        "import sys; from stackcurate.entry import main; "
+        "import sys; from stackcurate.cli import main; "
         f"rc = main(['train', '--data', {str(shards)!r}, '--out', {str(tmp_path / 'run')!r}, '--steps', '2', "
         "'--seq-len', '32', '--micro-batch', '2', '--no-progress']); "
         "print(rc, sorted(m for m in ('ray', 'presidio_analyzer', 'duckdb', 'pyarrow') if m in sys.modules))"

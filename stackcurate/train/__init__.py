@@ -2,7 +2,7 @@
 
 It imports only torch, numpy and transformers (and PyYAML and tqdm, which transformers needs too), never
 Ray, presidio, DuckDB or pyarrow, so it runs on a GPU machine that has only those installed: `stackcurate train`
-and `stackcurate generate` are dispatched before the rest of the CLI is imported (`stackcurate/entry.py`).
+and `stackcurate generate` are dispatched before the rest of the CLI is imported (`stackcurate/cli.py`).
 
     stackcurate train --data work/demo/tokenize/megatron --out work/train --preset tiny --steps 200
     torchrun --nproc-per-node 8 -m stackcurate.train.cli train --data ... --out ... --preset 125m

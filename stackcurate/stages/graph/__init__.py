@@ -139,9 +139,15 @@ def run_walk(cfg: GraphConfig, ctx: StageContext) -> GraphConfig:
     assert cfg.export is not None
     tables = _tables(cfg.export)
     partitions = len(ctx.shards)
-    settings = {"export": cfg.export, "origins": cfg.origins, "opt_out": sorted(_opt_out(cfg)),
-                "branches": list(cfg.branches), "max_depth": cfg.max_depth, "partitions": partitions,
-                "layout": 2}  # fmt: skip - 2: directory_id per origin; a walk of layout 1 is not resumed
+    settings = {
+        "export": cfg.export,
+        "origins": cfg.origins,
+        "opt_out": sorted(_opt_out(cfg)),
+        "branches": list(cfg.branches),
+        "max_depth": cfg.max_depth,
+        "partitions": partitions,
+        "layout": 2,
+    }  # fmt: skip - 2: directory_id per origin; a walk of layout 1 is not resumed
     phases = ctx.phases(WALK_STAGE, settings)
     result = replace(cfg, walk=phases.work_uri())
     walk = w.Walk(export=cfg.export, work=phases.work_uri(), partitions=partitions, origins=cfg.origins,
