@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stackcurate.cli import build_parser, check_flags
-from stackcurate.cli import main
+from stackcurate.cli import build_parser, check_flags, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -327,7 +327,7 @@ def train_on_ray(
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from stackcurate.runners.ray import init as init_ray
+    from stackcurate.runners.ray_start import init as init_ray
 
     init_ray(address)
     use_gpu = ray.cluster_resources().get("GPU", 0) >= workers

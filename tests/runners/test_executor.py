@@ -56,12 +56,12 @@ def test_ray_workers_serve_every_stage_and_phase_of_a_run(tmp_path, ray_local, m
 @pytest.mark.ray
 def test_the_autoscaler_monitor_is_ended_before_a_shutdown_and_ray_still_runs(ray_local):
     """The embedded Ray's monitor answers no SIGTERM for a second of every shutdown; ending it first is safe."""
-    from stackcurate.runners.ray import _end_monitor
+    from stackcurate.runners.ray_start import end_monitor
 
     ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
     monitors = ray_local._private.worker._global_node.all_processes.get("monitor", [])
     assert monitors
-    _end_monitor()
+    end_monitor()
     assert all(info.process.poll() is not None for info in monitors)
     assert ray_local.get(ray_local.remote(_pid).remote(0)) != os.getpid()
 
