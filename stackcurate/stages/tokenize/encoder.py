@@ -23,7 +23,7 @@ LETTER, NUMBER, SPACE, OTHER, DIGIT, UNKNOWN = 1, 2, 3, 4, 5, 0
 
 
 def _kernel() -> Any:
-    """The compiled splitter, imported where texts are tokenized (numba takes ~60 MB and a second to import)."""
+    """The compiled splitter, imported where texts are tokenized (numba is slow and heavy to import)."""
     from stackcurate.stages.tokenize import kernel
 
     return kernel
