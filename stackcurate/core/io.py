@@ -53,7 +53,8 @@ def filesystem(uri: str, s3: S3Options | None = None, *, attempts: int | None = 
     """Return the filesystem for `uri` and the path inside it (no scheme, no trailing slash). `s3` says how to
     reach an S3 store (the SWH content store's settings); by default, :func:`run_store`. `attempts` caps the
     S3 client's own tries per request (default: the AWS SDK's 3); a caller that retries by itself passes 1,
-    or the tries multiply (a refused port then costs 2.3 s of SDK backoff per request)."""
+    or the tries multiply (a refused port then waits out the SDK's backoff on every one of the caller's
+    tries)."""
     if uri.startswith("s3://"):
         opts = s3 or run_store()
         kwargs: dict[str, object] = {"anonymous": opts.anonymous, "region": opts.region}

@@ -37,7 +37,8 @@ class RunOptions:
     dry_run: bool = False
     keep_intermediate: bool = False  # fused stages also write their kept rows (for debugging)
     # Removed rows keep their `content` (default: null, the row kept: doc_id, blob_id and path trace the text to
-    # the content store; measured: half the bytes a run writes, and no unredacted copy of what pii never sees).
+    # the content store; fewer bytes written, as `benchmarks/pipeline_e2e.py --extra-args=--removed-content`
+    # measures, and no unredacted copy of what pii never sees).
     removed_content: bool = False
 
     def __post_init__(self) -> None:

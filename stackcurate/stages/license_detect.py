@@ -1,9 +1,10 @@
-"""ScanCode license detection, loaded once per process (its index takes ~1.5 s and ~1 GB to load).
+"""ScanCode license detection, loaded once per process (its index is slow to load and large in memory).
 
 The Stack v2 pinned scancode-toolkit 32.0.8 and called `detect_licenses(query_string=..., deadline=100)`.
 ScanCode reads `deadline` as a wall-clock time, so 100 (1970) has always passed: only whole-file and
-exact-text matching runs. Mode `stack_v2` reproduces that (about 1,000 license-like files/s on one core); mode
-`full` lifts the limit and also finds SPDX tags and near-copies of license texts (about 5 files/s).
+exact-text matching runs. Mode `stack_v2` reproduces that (fast); mode `full` lifts the limit and also finds
+SPDX tags and near-copies of license texts (far slower). `benchmarks/license_detection.py` measures both modes
+and the index's load (benchmarks/README.md, "License detection").
 """
 
 import gc
@@ -28,10 +29,10 @@ def _scancode() -> tuple:
             from licensedcode.cache import get_index, get_licenses_db, get_licensing
     except ImportError:
         raise StackcurateError("license detection needs ScanCode: install `stackcurate[license]`") from None
-    # Loading unpickles about 1 GB of objects. With the collector off it takes half the time (1.5 s, not 3.1),
-    # and the unpickler holds ~270 MB more while it runs: the processes of a machine load one at a time, so
-    # two workers starting together never hold that twice. The index lives as long as the process: frozen, the
-    # collector's full passes skip it.
+    # Loading unpickles a great many objects, and the collector runs over them as they are made: with it off
+    # the load is faster. The unpickler also holds extra memory while it runs: the processes of a machine load
+    # one at a time, so two workers starting together never hold that twice. The index lives as long as the
+    # process: frozen, the collector's full passes skip it. (`benchmarks/license_detection.py` times the load.)
     with io.machine_lock(Path(tempfile.gettempdir()) / "stackcurate-scancode-load.lock", optional=True):
         collecting = gc.isenabled()
         gc.disable()
@@ -47,9 +48,9 @@ def _scancode() -> tuple:
 def _expressions(text: str, deadline: int) -> list[str | None]:
     """The license expressions of ScanCode's `detect_licenses(query_string=text, deadline=deadline)`, one per
     detection, computed with ScanCode's own steps but for one: `LicenseDetection.from_matches` also names each
-    detection by a hash of its matches' matched text, which re-tokenizes that text and takes about 60% of the
-    time, for an identifier only ScanCode's own reports use. (scancode-toolkit is pinned; a test compares this
-    with `detect_licenses`.)"""
+    detection by a hash of its matches' matched text, which re-tokenizes that text and takes most of the
+    time (`benchmarks/license_detection.py`), for an identifier only ScanCode's own reports use.
+    (scancode-toolkit is pinned; a test compares this with `detect_licenses`.)"""
     index, detection, _, _ = _scancode()
     matches = index.match(query_string=text, min_score=0, deadline=deadline, as_expression=False,
                           unknown_licenses=False)  # fmt: skip

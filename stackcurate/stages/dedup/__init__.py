@@ -55,7 +55,7 @@ from stackcurate.stages.dedup import graph
 
 
 def _minhash() -> Any:
-    """The compiled signature kernels, imported where they run (numba takes ~60 MB and a second to import)."""
+    """The compiled signature kernels, imported where they run (numba is slow and heavy to import)."""
     from stackcurate.stages.dedup import minhash
 
     return minhash
@@ -126,8 +126,9 @@ class DedupConfig:
     lowercase: bool = option(True, "lower-case before tokenizing (StarCoder2; StarCoder kept case)")
     seed: int = option(42, "seed of the MinHash permutations")
     # On by default, unlike StarCoder2: unverified LSH chains files with no true neighbour into a cluster and
-    # removes them (on held-out real code, 24 of 2,868 near-copy groups lost every member; benchmarks/
-    # dedup_verify.py). --no-verify is the published recipe.
+    # removes them, so on held-out real code whole groups of near copies lose every member (`benchmarks/
+    # dedup_verify.py`; benchmarks/README.md, "Verified against unverified near dedup on held-out code").
+    # --no-verify is the published recipe.
     verify: bool = option(
         True, "candidate pairs join a cluster only if their exact Jaccard reaches threshold (--no-verify: SC2)"
     )

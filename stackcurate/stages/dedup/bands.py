@@ -1,5 +1,5 @@
 """The LSH band layout for a similarity threshold, apart from `minhash.py` and its compiled kernels: the
-config computes it wherever a pipeline is checked, and numba costs ~60 MB and a second to import."""
+config computes it wherever a pipeline is checked, and numba is slow and heavy to import."""
 
 import functools
 import math

@@ -2,7 +2,8 @@
 
 Why hand-written: no library computes these per document in one pass, and the filters must cost no more
 than reading and decoding the data (issue 3); separate C-level passes (str.splitlines, bytes.count, one RE2
-scan per pattern) cost 2-3x that. numba compiles this loop once per machine (cached next to this file).
+scan per pattern) cost several times that (`benchmarks/filter_throughput.py` measures the filters against
+that floor). numba compiles this loop once per machine (cached next to this file).
 
 Semantics match the published Python definitions:
 - lines are `str.splitlines()`: breaks are \\n, \\r, \\r\\n (one break), \\x0b, \\x0c, \\x1c-\\x1e, U+0085,
@@ -21,7 +22,7 @@ from numba import njit
 from stackcurate.core.text import unicode_classes
 
 # Per-byte flags for the ASCII range, and Python's own str.isalpha / str.isalnum for every code point, so the
-# pass reproduces those methods exactly for any text (the tables cost ~1 s to build once per process).
+# pass reproduces those methods exactly for any text (the tables take a while to build, once per process).
 _B64, _LETTER, _DIGIT, _BREAK, _HEXRUN, _HEXDIGIT, _SEP = 1, 2, 4, 8, 16, 32, 64
 _FLAGS = np.zeros(256, dtype=np.uint8)
 for _c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+/\n=":

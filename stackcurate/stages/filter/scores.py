@@ -23,7 +23,7 @@ from stackcurate.core.text import as_texts, utf8_buffers
 
 
 def _kernel() -> Any:
-    """The compiled kernels, imported on first use: numba takes ~60 MB and a second to import, and a process
+    """The compiled kernels, imported on first use: numba is slow and heavy to import, and a process
     that only checks a pipeline's rules (the driver) never runs them."""
     from stackcurate.stages.filter import kernel
 
@@ -169,7 +169,8 @@ class _VisibleText(HTMLParser):
     It follows bs4's `html.parser` builder: the same tokenizer, bs4's own entity and character-reference
     decoding, text gathered between tags into one string (bs4's `endData`), a whitespace-only string outside
     <pre>/<textarea> shrunk to one newline (or space), CDATA kept, comments, declarations and processing
-    instructions left out. Equal to bs4 on 3,000 real HTML files (118 MB) at 3.9x its speed; tests compare.
+    instructions left out. Equal to bs4 (tests compare) and faster, which keeps the filters at the cost of
+    reading the data (benchmarks/README.md, "Filters and decontamination against the floor").
     """
 
     _SPACES = " \n\t\x0c\r"

@@ -176,7 +176,7 @@ def resources(cfg: PiiConfig) -> dict[str, float]:
 
 def analyzer() -> "AnalyzerEngine":
     """A presidio AnalyzerEngine with the code recognizers and no NLP model (works offline)."""
-    # Presidio picks a device for NLP engines we do not use, by importing torch (~450 MB in every process):
+    # Presidio picks a device for NLP engines we do not use, by importing torch (heavy, in every process):
     # naming one spares that; the encoder model has its own `device`.
     os.environ.setdefault("PRESIDIO_DEVICE", "cpu")
     from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
@@ -210,7 +210,7 @@ class Detector:
         self.cfg = cfg
         self._model: EncoderModel | None = None
 
-    # Presidio loads on first use (it imports spaCy, and with it torch: ~450 MB), so the driver, which builds
+    # Presidio loads on first use (it imports spaCy, and with it torch: heavy), so the driver, which builds
     # the stage only to check its settings, never holds it.
     @functools.cached_property
     def engine(self) -> "AnalyzerEngine":

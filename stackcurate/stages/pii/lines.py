@@ -1,8 +1,8 @@
 """Finding the lines of a text that hold a word, fast: the gate of the model and the patterns' keywords.
 
-Python's `re` tries each branch of an alternation at every character, so a regex over a whole file runs at a
-few MB/s; `str.find` of a lowercase word runs at GB/s. The patterns and the model's gate look for a few words
-first, and run their regexes on the lines that hold one.
+Python's `re` tries each branch of an alternation at every character, so a regex over a whole file is slow;
+`str.find` of a lowercase word is orders of magnitude faster. The patterns and the model's gate look for a few
+words first, and run their regexes on the lines that hold one (`benchmarks/pii_throughput.py` times the stage).
 """
 
 

@@ -1,7 +1,8 @@
 """The PII encoder: a BERT token classifier (BIO tags over the six types) run on the lines that need it.
 
-A 6-layer encoder over every 512-token window of a file runs at about 10 KB/s on two CPU cores, far too slow
-for a corpus. Two levers make it affordable, and `pii_model.evaluate` measures what each costs:
+A 6-layer encoder over every 512-token window of a file is far too slow for a corpus on CPU
+(`benchmarks/pii_throughput.py --detectors "both, all lines"` times the shipped model on every line). Two
+levers make it affordable, and `pii_model.evaluate` measures what each costs:
 - a small model: `pii_model.train` keeps the first layers of MiniLM (3 of 6 by default);
 - only the lines that need it: a line goes to the model if it names a person's context (author, signed-off,
   thanks, contact, credits, `@handle`, `by Name`, user/login, `TODO(owner)`). Lines longer than `LONG_LINE`
@@ -64,8 +65,8 @@ _SECRET = (
 )
 # Contexts the model is trained on (its training windows are these lines) but not run on. On real code the
 # patterns find what they hold (names on copyright lines, emails, keys and passwords assigned to secret names)
-# and the model added little there: with them it read twice the text, for 23 more spans in 30 MB of held-out
-# sdists and no more keys or passwords on the generated eval set (`benchmarks/pii_throughput.py`).
+# and the model added little there: with them it read much more text for a few more spans on held-out sdists,
+# and no more keys or passwords on the generated eval set (`benchmarks/pii_throughput.py`).
 _TRAINING_ONLY = (
     rf"(?i:copyright|\(c\)|©|created|e-?mail|develop|todo|fixme|contribut|written|owner|maintain|\bcc\b)|{_SECRET}"
 )
@@ -74,8 +75,8 @@ _GATES = {
     "context": re.compile(f"{_PEOPLE}|{_TRAINING_ONLY}"),  # what training reads
 }
 # A word every match of a gate holds, in lower case. Python's `re` tries each branch of an alternation at
-# every character (no prefix trie), 13 MB/s here; `str.find` of these words runs at GB/s, so the gate runs
-# only on the lines that hold one.
+# every character (no prefix trie), which is slow; `str.find` of these words is orders of magnitude faster,
+# so the gate runs only on the lines that hold one (`lines.py`).
 _GATE_WORDS = (
     "author", "thank", "signed-off", "contact", "credit", "todo(", "fixme(", "twitter", "reviewed", "reported",
     "assignee", "user", "login", "@", "by",

@@ -49,9 +49,8 @@ class Rule:
             finds the few places worth the slow one. A rule with `refine` has no `check` (whose match is
             one of `text`).
         anchor: What every match holds (a string, one of several, or a fast regex): a text without it skips
-            the rule. Python's `re` scans a pattern that opens with a lookbehind or an alternation at a few MB/s;
-            `in` and a plain regex run 10 to 100 times faster, and most files hold no `@`, no `://`, no dotted
-            quad.
+            the rule. Python's `re` scans a pattern that opens with a lookbehind or an alternation slowly; `in`
+            and a plain regex run far faster, and most files hold no `@`, no `://`, no dotted quad.
         keywords: Lowercase words, one of which is on every line a match starts on: the regex runs on those
             lines only (for the patterns that open with a name like `[\w-]*password`, which `re` cannot scan
             fast). Such a rule's matches lie within one line.
@@ -919,7 +918,7 @@ class NameRecognizer(EntityRecognizer):
 
 def _matches(place: NamePlace, text: str, low: str) -> Iterator[re.Match[str]]:
     """`place.regex`'s matches that start on a line holding one of its keywords (`lines.py`: scanning every
-    text with the regexes cost 0.6 CPU seconds per MB)."""
+    text with the regexes was slow; `benchmarks/pii_throughput.py` times the stage)."""
     starts = lines_with(text, low, place.keywords) if place.keywords else [0]
     for start in starts:
         line_end = text.find("\n", start)

@@ -6,7 +6,7 @@
    end-of-document token appended, as rows `doc_id`, `language`, `n_tokens`, `tokens`, and `order`, a seeded
    64-bit hash of the doc_id that fixes its place in the shards. `encoder.py` finds the words of StarCoder's
    recipe in compiled code and takes each distinct word's ids from HF's BPE model: the ids of
-   `encode_batch_fast`, at ~3x its speed.
+   `encode_batch_fast`, faster (`benchmarks/tokenize_throughput.py`).
 3. **shards**: a shuffle sends each row to output shard `order * S / 2^64` (S from `shard_mb`), then each
    shard is written in `order` order: documents shuffled with the seed, identically for any number of
    workers, one sequence per document (`core/megatron.py`). `<out>/tokenize/megatron/` holds
@@ -212,7 +212,7 @@ class TokenizeStage(Stage):
         eod = np.array([self.eod], dtype=self.dtype)
         pieces: list[np.ndarray] = []
         start = 0
-        while start < len(texts):  # encode calls of about ENCODE_CHARS: each holds ~40 bytes a character
+        while start < len(texts):  # encode calls of about ENCODE_CHARS: a call's memory grows with its text
             stop, size = start + 1, len(texts[start])
             while stop < len(texts) and size + len(texts[stop]) <= ENCODE_CHARS:
                 size += len(texts[stop])

@@ -3,8 +3,9 @@
 For StarCoder's recipe (`tokenizer.py`: no normalizer, `Digits(individual_digits=True)` then `ByteLevel`,
 BPE without dropout, special tokens matched as written), `Encoder` cuts the special tokens out with a regex,
 finds the words with `kernel.split_words`, and asks HF's BPE model for the ids of each distinct word of the
-batch once: 5-6x faster than `Tokenizer.encode_batch_fast` on code, and the same ids (tested against it on
-generated and real text). Any other tokenizer is encoded by `encode_batch_fast` itself.
+batch once: faster than `Tokenizer.encode_batch_fast` on code (`benchmarks/tokenize_throughput.py`), and the
+same ids (tested against it on generated and real text). Any other tokenizer is encoded by `encode_batch_fast`
+itself.
 """
 
 import json
@@ -22,7 +23,7 @@ LETTER, NUMBER, SPACE, OTHER, DIGIT, UNKNOWN = 1, 2, 3, 4, 5, 0
 
 
 def _kernel() -> Any:
-    """The compiled splitter, imported where texts are tokenized (numba takes ~60 MB and a second to import)."""
+    """The compiled splitter, imported where texts are tokenized (numba is slow and heavy to import)."""
     from stackcurate.stages.tokenize import kernel
 
     return kernel

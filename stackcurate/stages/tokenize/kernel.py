@@ -1,10 +1,10 @@
 """Compiled word splitting for byte-level BPE: StarCoder's pre-tokenizer over a batch's code points.
 
 Why hand-written: HF `tokenizers` pre-tokenizes every occurrence of every word with a regex and an offset
-table per piece; on code that is ~3 MB/s per core and most of the tokenize stage, and its Python API cannot
-hand the words to the BPE model once per distinct word. On 20 MB of the benchmark's formatted code, one core,
-this loop splits in 0.08 s and numbers the distinct words in 0.29 s, where HF's pre-tokenizer and word count
-take 5.6 s; the ids still come from HF's own BPE model (`encoder.py`), once per distinct word of a batch.
+table per piece; on code that is slow and most of the tokenize stage, and its Python API cannot hand the
+words to the BPE model once per distinct word. This loop splits the words and numbers the distinct ones in a
+fraction of that time (`benchmarks/tokenize_throughput.py`; benchmarks/README.md, "Tokenization
+throughput"); the ids still come from HF's own BPE model (`encoder.py`), once per distinct word of a batch.
 
 The pre-tokenizer reproduced is `Sequence([Digits(individual_digits=True), ByteLevel(use_regex=True)])`:
 1. every numeric character (Rust's `char::is_numeric`) is a piece of its own, and the text between them a

@@ -32,9 +32,9 @@ def strip_special(text: str) -> str:
     """`text` with the special tokens' strings removed one token after the other, in `core/tokens.py` order
     (so a removal that joins the two halves of a later token removes that one too).
 
-    The same as `str.replace` for each of the 45 tokens in turn, in one regex pass and a look around each
-    join, instead of 45 scans of the text: 1.6 s instead of 5.2 s for the 420 MB benchmark's 200 MB of
-    formatted text, time in which the tokenizer's trainer waits for its input."""
+    The same as `str.replace` for each token in turn, in one regex pass and a look around each join, instead
+    of one scan of the text per token, because the tokenizer's trainer waits for its input while this runs
+    (timed within the tokenize stage of `benchmarks/pipeline_e2e.py`)."""
     present = set(_SPECIAL.findall(text))
     for token in tk.SPECIAL_TOKENS:
         if token not in present:
@@ -50,8 +50,8 @@ def strip_special(text: str) -> str:
 
 def _occurrences(counts: dict[str, int], words: int = 8192) -> Iterator[str]:
     """Every word `count` times, space-separated, `words` to a string: the trainer's unit of parallel work,
-    whose words it holds at once (a string of a frequent word's million occurrences took ~100 MB). Empties
-    `counts` as it goes, so the trainer's own table of words grows as this one shrinks."""
+    whose words it holds at once (one string of all of a frequent word's occurrences would grow with the
+    corpus). Empties `counts` as it goes, so the trainer's own table of words grows as this one shrinks."""
     chunk: list[str] = []
     while counts:
         word, count = counts.popitem()
@@ -98,7 +98,7 @@ def train(texts: Iterable[str], folder: str | Path, *, vocab_size: int = VOCAB_S
     tokenizer, trainer = recipe(vocab_size)
     words = tokenizer.pre_tokenizer
     # The trainer's merges depend only on each word's count. HF counts them with its regex and an offset table
-    # per word, ~3 MB/s per core, and its Python API takes no counts; so the compiled splitter counts them
+    # per word, slowly (`kernel.py`), and its Python API takes no counts; so the compiled splitter counts them
     # (`encoder.count_words`), and the trainer reads each byte-level word as often as it occurs, split at
     # spaces, which byte-level characters never are: the same counts, so the same vocabulary and merges.
     counts = count_words((strip_special(t) for t in texts), words)
