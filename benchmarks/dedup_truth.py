@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from stackcurate.stages.dedup import graph, minhash
+from stackcurate.stages.dedup import components, minhash
 
 
 @dataclass
@@ -100,4 +100,4 @@ def _all_pairs(keys: np.ndarray, members: np.ndarray) -> tuple[np.ndarray, np.nd
     if not lefts:
         empty = np.zeros(0, dtype=np.int64)
         return empty, empty
-    return graph.unique_edges(np.concatenate(lefts), np.concatenate(rights))
+    return components.unique_edges(np.concatenate(lefts), np.concatenate(rights))

@@ -21,7 +21,7 @@ from stackcurate.core.errors import StackcurateError
 from stackcurate.pipeline import RunOptions, run_stage
 from stackcurate.stages import dedup as dedup_module
 from stackcurate.stages import get_stage
-from stackcurate.stages.dedup import DedupConfig, bands, graph, minhash, rank_order
+from stackcurate.stages.dedup import DedupConfig, bands, components, minhash, rank_order
 
 WORDS = [f"{a}{b}" for a in ("get", "set", "make", "load", "save", "parse", "emit", "read") for b in range(40)]
 
@@ -116,15 +116,20 @@ def test_candidate_pairs_equal_datasketch_lsh():
 def components_by_partitions(tmp_path: Path, x: np.ndarray, y: np.ndarray, partitions: int) -> dict[int, int]:
     """Run the partitioned large-star / small-star steps on disk, as the dedup tasks do; node -> label."""
     fs, root = io.filesystem(str(tmp_path))
-    edges = graph.both_directions(x, y)
+    edges = components.both_directions(x, y)
     for writer, chunk in enumerate((edges.slice(0, len(x)), edges.slice(len(x)))):  # two writers
         shuffle.write_partitioned(
-            fs, f"{root}/000", writer, chunk, graph.partition_of(chunk.column("u").to_numpy(), partitions), partitions
+            fs,
+            f"{root}/000",
+            writer,
+            chunk,
+            components.partition_of(chunk.column("u").to_numpy(), partitions),
+            partitions,
         )
     step, previous = 0, None
     while True:
         sums = [
-            graph.star_step(
+            components.star_step(
                 fs,
                 f"{root}/{step:03d}",
                 f"{root}/{step + 1:03d}",
@@ -142,7 +147,7 @@ def components_by_partitions(tmp_path: Path, x: np.ndarray, y: np.ndarray, parti
         step += 1
     found = {}
     for p in range(partitions):
-        nodes, labels = graph.labels(*graph.read_edges(fs, f"{root}/{step:03d}", p))
+        nodes, labels = components.labels(*components.read_edges(fs, f"{root}/{step:03d}", p))
         found.update(zip(nodes.tolist(), labels.tolist(), strict=True))
     return found
 

@@ -9,7 +9,7 @@ Sub-stages, all under one config; the first three write `<out>/dedup_clusters/`,
    by default (`verify`) a pair that shares only a band key becomes an edge only if the exact Jaccard of its
    shingles reaches the threshold, so LSH never chains a file with no true neighbour into a cluster
    (`--no-verify` is StarCoder2's unverified recipe).
-3. **cluster**: connected components with large-star / small-star over the partitioned edges (`graph.py`),
+3. **cluster**: connected components with large-star / small-star over the partitioned edges (`components.py`),
    then, per component, the document kept is the first by StarCoder2's order: license_type permissive >
    no_license (or unknown) > non_permissive, more stars, more forks, later revision_date, later visit_date,
    then the smaller doc_id. `dedup_clusters/NNNNN.parquet` lists every document of every component:
@@ -51,7 +51,7 @@ from stackcurate.core.planning import read_records
 from stackcurate.core.records import RecordStage
 from stackcurate.core.schema import STATS_SCHEMA, with_reason
 from stackcurate.stages.dedup import bands as band_layout
-from stackcurate.stages.dedup import graph
+from stackcurate.stages.dedup import components
 
 
 def _minhash() -> Any:
@@ -284,7 +284,7 @@ def signature_task(plan: _Plan, task: int, index: int, start: int, stop: int) ->
                 pa.table({"key": key_col, "doc_id": np.concatenate(parts_docs)}, schema=KEY_SCHEMA),
                 (key_col % np.uint64(plan.partitions)).astype(np.int64),
             )
-            meta_out.write(_meta(table, index, exact), graph.partition_of(doc_ids, plan.partitions))
+            meta_out.write(_meta(table, index, exact), components.partition_of(doc_ids, plan.partitions))
             if shingles_out is not None:
                 values, offsets = _minhash().shingle_hashes(
                     table.column("content"), ngram=cfg.ngram, min_tokens=cfg.min_tokens, lowercase=cfg.lowercase
@@ -292,7 +292,7 @@ def signature_task(plan: _Plan, task: int, index: int, start: int, stop: int) ->
                 lists = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values, pa.uint32()))
                 shingles_out.write(
                     pa.table({"doc_id": doc_ids, "hashes": lists}, schema=SHINGLE_SCHEMA),
-                    graph.partition_of(doc_ids, plan.partitions),
+                    components.partition_of(doc_ids, plan.partitions),
                 )
             docs += table.num_rows
     except BaseException:
@@ -314,15 +314,15 @@ def bucket_task(plan: _Plan, part: int) -> dict[str, Any]:
     if table is None:
         x = y = np.zeros(0, dtype=np.int64)
     else:
-        x, y = graph.bucket_edges(table.column("key").to_numpy(), table.column("doc_id").to_numpy())
-        x, y = graph.unique_edges(x, y)
+        x, y = components.bucket_edges(table.column("key").to_numpy(), table.column("doc_id").to_numpy())
+        x, y = components.unique_edges(x, y)
     if plan.cfg.verify:  # exact key pairs are exact copies; the others wait for their Jaccard
-        pairs = pa.table({"u": x, "v": y}, schema=graph.EDGE_SCHEMA)
+        pairs = pa.table({"u": x, "v": y}, schema=components.EDGE_SCHEMA)
         shuffle.write_partitioned(
-            fs, plan.work("pairs"), part, pairs, graph.partition_of(x, plan.partitions), plan.partitions
+            fs, plan.work("pairs"), part, pairs, components.partition_of(x, plan.partitions), plan.partitions
         )
         return {"edges": len(x)}
-    graph.write_edges(fs, plan.work("cc", "000"), part, x, y, plan.partitions)
+    components.write_edges(fs, plan.work("cc", "000"), part, x, y, plan.partitions)
     return {"edges": len(x)}
 
 
@@ -348,11 +348,11 @@ def attach_task(plan: _Plan, part: int) -> dict[str, Any]:
     shingles = shuffle.read_partition(fs, plan.work("shingles"), part)
     u = pairs.column("u").to_numpy() if pairs is not None else np.zeros(0, dtype=np.int64)
     v = pairs.column("v").to_numpy() if pairs is not None else np.zeros(0, dtype=np.int64)
-    dest = graph.partition_of(v, plan.partitions)
+    dest = components.partition_of(v, plan.partitions)
     shuffle.write_partitioned(
-        fs, plan.work("pairs2"), part, pa.table({"u": u, "v": v}, schema=graph.EDGE_SCHEMA), dest, plan.partitions
+        fs, plan.work("pairs2"), part, pa.table({"u": u, "v": v}, schema=components.EDGE_SCHEMA), dest, plan.partitions
     )
-    shipped_u, shipped_dest = graph.unique_edges(u, dest)  # distinct (document, destination)
+    shipped_u, shipped_dest = components.unique_edges(u, dest)  # distinct (document, destination)
     rows = _lookup(shingles, shipped_u)
     found = rows >= 0
     table = SHINGLE_SCHEMA.empty_table()
@@ -394,7 +394,7 @@ def verify_task(plan: _Plan, part: int) -> dict[str, Any]:
         empty = offsets[np.maximum(left, 0) + 1] == offsets[np.maximum(left, 0)]
         keep = (left >= 0) & (right >= 0) & ((jac >= plan.cfg.threshold) | empty)
         x, y = u[keep], v[keep]
-    graph.write_edges(fs, plan.work("cc", "000"), part, x, y, plan.partitions)
+    components.write_edges(fs, plan.work("cc", "000"), part, x, y, plan.partitions)
     return {"edges": len(x)}
 
 
@@ -404,13 +404,13 @@ def verify_task(plan: _Plan, part: int) -> dict[str, Any]:
 def star_task(plan: _Plan, step: int, part: int) -> tuple[int, int]:
     fs = plan.fs
     src, dst = plan.work("cc", f"{step:03d}"), plan.work("cc", f"{step + 1:03d}")
-    return graph.star_step(fs, src, dst, part, plan.partitions, "large" if step % 2 == 0 else "small")
+    return components.star_step(fs, src, dst, part, plan.partitions, "large" if step % 2 == 0 else "small")
 
 
 def member_task(plan: _Plan, step: int, part: int) -> dict[str, Any]:
     """Label each node of this partition with its component and attach its ranking columns."""
     fs = plan.fs
-    nodes, label = graph.labels(*graph.read_edges(fs, plan.work("cc", f"{step:03d}"), part))
+    nodes, label = components.labels(*components.read_edges(fs, plan.work("cc", f"{step:03d}"), part))
     meta = shuffle.read_partition(fs, plan.work("meta"), part)
     members = MEMBER_SCHEMA.empty_table()
     if meta is not None:
@@ -431,7 +431,7 @@ def member_task(plan: _Plan, step: int, part: int) -> dict[str, Any]:
         plan.work("members"),
         part,
         members,
-        graph.partition_of(members.column("cluster_id").to_numpy(), plan.partitions),
+        components.partition_of(members.column("cluster_id").to_numpy(), plan.partitions),
         plan.partitions,
     )
     return {"nodes": len(nodes)}
