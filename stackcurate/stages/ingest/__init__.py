@@ -43,9 +43,10 @@ from stackcurate.core.config import option
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, extension_of, with_reason
 from stackcurate.core.stage import Shard, StageOutput, plan_parquet
-from stackcurate.stages.ingest import fetch, sources
+from stackcurate.sources import fetch
+from stackcurate.sources.fetch import FetchOptions
+from stackcurate.stages.ingest import sources
 from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placeholder, sha1_hex
-from stackcurate.stages.ingest.fetch import FetchOptions
 
 ERROR_REASONS = frozenset(
     {

@@ -30,8 +30,7 @@ from stackcurate.core import io
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import DOC_ID_ORDINAL_BITS, FILE_SCHEMA
 from stackcurate.core.stage import Shard
-from stackcurate.stages.ingest import fetch
-from stackcurate.stages.ingest.content import gunzip_bounded
+from stackcurate.sources import fetch
 
 RAW_SCHEMA = pa.schema(
     [f for f in FILE_SCHEMA if f.name != "content"]
@@ -213,7 +212,7 @@ def _fetched(
         return None, "fetch_failed", fetch.short_error(result)
     if isinstance(result, int):
         return None, "too_large", f"{result} compressed bytes (cap {limits.max_compressed_bytes})"
-    inflated = gunzip_bounded(result, limits.max_bytes, limits.bomb_ratio)
+    inflated = fetch.gunzip_bounded(result, limits.max_bytes, limits.bomb_ratio)
     return inflated.data, inflated.reason, inflated.detail
 
 
