@@ -5,7 +5,8 @@ The inputs are read by sources (stackcurate/sources/: plan, read one shard, erro
   `content/<blob_id>` gzip objects (`content`: a folder or `s3://bucket/prefix`), or the output of a graph stage
   run just before in a pipeline;
 - SWH vault bundles (`bundles`): flat `swh:1:dir:<id>.tar.gz`, git-bare `swh_1_rev_<id>.git.tar`;
-- local folders or git repositories (`repos`).
+- local folders or git repositories (`repos`);
+- sources from outside the package (`sources`: `module:Class` with its settings; docs/sources.md).
 
 Each source yields raw rows (sources.base.RAW_SCHEMA): a file's bytes, or why there are none. Ingest checks
 and decodes them the same way whatever their source.
@@ -31,6 +32,7 @@ Example:
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -62,6 +64,11 @@ class IngestConfig:
     )
     bundles: tuple[str, ...] = option((), "SWH vault bundles or globs (flat .tar.gz, git-bare .git.tar)", path=True)
     repos: tuple[str, ...] = option((), "local folders or git repositories", path=True)
+    sources: tuple[str | dict[str, Any], ...] = option(
+        (),
+        "sources of your own, each module:Class (a pipeline YAML gives each its settings: see docs/sources.md)",
+        resolve=sources.resolve,
+    )
     s3_endpoint: str | None = option(None, "S3 endpoint URL override, e.g. http://127.0.0.1:9000")
     s3_anonymous: bool = option(True, "unsigned S3 requests (the public SWH bucket needs no credentials)")
     s3_region: str = option("us-east-1", "S3 region (the SWH bucket is in us-east-1)")
@@ -120,10 +127,15 @@ def plan(cfg: IngestConfig, metadata_from: str | None = None) -> list[Shard]:
     `metadata_from` is the folder of a graph stage run before this one in a pipeline: The Stack v2 source reads
     its files as metadata, unless the config names some."""
     planned: dict[str, list[Shard]] = {}  # by input setting, in the order the sources come
-    for source in sources.build(cfg):
+    built = sources.build(cfg)
+    for source in built:
         planned.setdefault(source.option or source.name, []).extend(source.plan(metadata_from))
     if not any(planned.values()):
-        raise StackcurateError("ingest needs an input: --metadata with --content, --bundles, or --repos")
+        listed = [s.name for s in built[len(built) - len(cfg.sources) :]]  # build() puts them last
+        found = f"; {', '.join(listed)} found nothing to read: check its settings" if listed else ""
+        raise StackcurateError(
+            f"ingest needs an input: --metadata with --content, --bundles, --repos, or --sources{found}"
+        )
     shards: list[Shard] = []
     for group in planned.values():
         first = 1 + max((s.source_index for s in shards), default=-1)
