@@ -49,9 +49,10 @@ def main() -> None:
         corpus.stackcurate(*corpus.ingest_args(out, sample), "--runner", "local", "--no-progress", "--overwrite")
         corpus.stackcurate("language", "--out", str(out), "--runner", "local", "--no-progress", "--overwrite")
 
+    from stackcurate.sources.fetch import gunzip_bounded
     from stackcurate.stages.decontaminate import DecontaminateConfig, DecontaminateStage
     from stackcurate.stages.filter import FilterConfig, FilterStage
-    from stackcurate.stages.ingest.content import decode, gunzip_bounded
+    from stackcurate.stages.ingest.content import decode
 
     # The floor: read + gunzip + decode every kept file's object, in this process.
     table = pa.concat_tables(pq.read_table(p) for p in sorted((out / "language").glob("*.parquet")))

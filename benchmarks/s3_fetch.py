@@ -249,7 +249,8 @@ def start_rclone(store: Path, probe: str) -> tuple[subprocess.Popen, str]:
 
 def floor(content: Path, blobs: list[str]) -> dict:
     """gunzip + sha1 + decode of every object from memory, one core (ingest's own functions)."""
-    from stackcurate.stages.ingest.content import decode, gunzip_bounded, sha1_hex
+    from stackcurate.sources.fetch import gunzip_bounded
+    from stackcurate.stages.ingest.content import decode, sha1_hex
 
     objects = [(content / blob).read_bytes() for blob in blobs]
     started = time.perf_counter()

@@ -1,17 +1,26 @@
-"""Builders for tiny test inputs: Stack v2 layouts, vault bundles, record tables."""
+"""Builders for tiny test inputs: Stack v2 layouts, vault bundles, git repositories, record tables; and ingest
+run on them."""
 
 import gzip
 import io
+import os
+import shutil
 import socket
+import subprocess
 import tarfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
-from stackcurate.core.schema import FILE_SCHEMA, extension_of
+from stackcurate.core.config import build_config
+from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, extension_of, with_reason
+from stackcurate.pipeline import RunOptions, run_stage
 from stackcurate.sample import STACK_V2_FILE_SCHEMA
+from stackcurate.stages import get_stage
 from stackcurate.stages.ingest.content import git_blob_hex, sha1_hex
 
 
@@ -162,3 +171,127 @@ def wrapped_stage(base: type, wrap: Callable[[object], object]) -> type:
             return wrap(base(cfg))
 
     return Wrapped
+
+
+# --- ingest on tiny inputs ----------------------------------------------------------------------------------
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
+
+DIR_HEX = sha1_hex(b"a directory")
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+}
+
+
+@dataclass
+class Ingested:
+    result: object
+    kept: pa.Table
+    removed: pa.Table
+    errors: pa.Table
+
+    def kept_by_path(self) -> dict[str, dict]:
+        return {r["path"]: r for r in self.kept.to_pylist()}
+
+    def reasons(self, which: str) -> dict[str, str]:
+        return {r["path"]: r["reason"] for r in getattr(self, which).to_pylist()}
+
+
+def ingest(out: Path, **values: object) -> Ingested:
+    spec = get_stage("ingest")
+    values = {
+        k: ([str(x) for x in v] if isinstance(v, list | tuple) else (str(v) if isinstance(v, Path) else v))
+        for k, v in values.items()
+    }
+    cfg = build_config(spec.config, values)
+    result = run_stage(spec, cfg, str(out), RunOptions(runner="local", progress=False))
+    stage = out / "ingest"
+    return Ingested(
+        result,
+        read_all(stage, FILE_SCHEMA),
+        read_all(stage / "removed", with_reason(FILE_SCHEMA)),
+        read_all(stage / "errors", ERROR_SCHEMA),
+    )
+
+
+def snapshot(root: Path, skip: str = "out") -> set[str]:
+    """Every path under `root` (links not followed), except `root/skip` and what it holds."""
+    found = set()
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            rel = (Path(dirpath) / name).relative_to(root)
+            if rel.parts[0] != skip:
+                found.add(rel.as_posix())
+    return found
+
+
+def git(cwd: Path, *args: str) -> str:
+    out = subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        env={**os.environ, **GIT_ENV},
+    )
+    return out.stdout.decode().strip()
+
+
+def write_files(root: Path, files: dict[str, bytes]) -> Path:
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return root
+
+
+def committed_repo(root: Path, files: dict[str, bytes]) -> str:
+    write_files(root, files)
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "init")
+    return git(root, "rev-parse", "HEAD")
+
+
+def flat_bundle(
+    folder: Path, members: list[tuple[tarfile.TarInfo, bytes | None]], hex_id: str = DIR_HEX, mode: str = "w:gz"
+) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"swh:1:dir:{hex_id}.tar.gz"
+    path.write_bytes(tar_bytes([(file_member(f"swh:1:dir:{hex_id}", tarfile.DIRTYPE), None), *members], mode=mode))
+    return path
+
+
+def in_dir(name: str, hex_id: str = DIR_HEX) -> str:
+    return f"swh:1:dir:{hex_id}/{name}"
+
+
+def git_bare_bundle(
+    tmp_path: Path, files: dict[str, bytes], extra: list[tuple[tarfile.TarInfo, bytes | None]] = ()
+) -> tuple[Path, str, str]:
+    """A real git-bare vault bundle of a one-commit repository; returns (bundle, commit, tree)."""
+    src = tmp_path / "gitsrc"
+    commit = committed_repo(src, files)
+    tree = git(src, "rev-parse", "HEAD^{tree}")
+    bare = tmp_path / "bare" / f"swh:1:rev:{commit}.git"
+    bare.parent.mkdir()
+    git(tmp_path, "clone", "-q", "--bare", "--no-local", str(src), str(bare))
+    bundle = tmp_path / "bundles" / f"swh_1_rev_{commit}.git.tar"
+    bundle.parent.mkdir(exist_ok=True)
+    with tarfile.open(bundle, "w") as tar:
+        add_members(tar, extra)
+        tar.add(bare, arcname=bare.name)
+    shutil.rmtree(tmp_path / "bare")
+    return bundle, commit, tree
+
+
+GOOD = [
+    ("/src/app.py", b"import os\nprint(os.getcwd())\n"),
+    ("/README.md", b"# Widgets\n\nHello.\n"),
+    ("/lib/util.c", b"int add(int a, int b) { return a + b; }\n"),
+]

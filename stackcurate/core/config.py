@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,15 +30,16 @@ def option(
     path: bool = False,
     keywords: tuple[str, ...] = (),
     output: bool = True,
+    resolve: Callable[[Any, Path | None], Any] | None = None,
 ) -> Any:
     """Declare a config field with its help text; `path=True` resolves it against the YAML's folder (the working
     directory for a flag), except the values in `keywords` (`auto`, `none`: choices, not files); a relative
     `filters/<name>` that does not exist there is the table shipped with stackcurate. `output=False` marks a
     setting of how to run (threads, retries, a scratch folder) that never changes the output: a rerun may change
-    it and resume."""
-    return dataclasses.field(
-        default=default, metadata={"help": help, "path": path, "keywords": keywords, "output": output}
-    )
+    it and resume. `resolve(value, base_dir)` checks a value that holds settings of its own and resolves their
+    paths (ingest's `sources`: each source's settings), in place of `path`."""
+    metadata = {"help": help, "path": path, "keywords": keywords, "output": output, "resolve": resolve}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def output_settings(cfg: Any) -> dict[str, Any]:
@@ -100,6 +102,8 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
 
 def _resolve_field(f: dataclasses.Field, value: Any, base_dir: Path | None) -> Any:
     """`value` of field `f` with its path(s) resolved against `base_dir` (unless it is one of the keywords)."""
+    if (resolve := f.metadata.get("resolve")) is not None:
+        return resolve(value, base_dir)
     if not f.metadata.get("path") or value is None:
         return value
     keywords = f.metadata.get("keywords", ())

@@ -1,24 +1,25 @@
 """Ingest: Software Heritage archives and local code into file records (schema.FILE_SCHEMA).
 
-Inputs, any mix of:
+The inputs are read by sources (stackcurate/sources/: plan, read one shard, error reasons), any mix of:
 - The Stack v2 file-level metadata Parquet (`metadata`) with the content store that holds
-  `content/<blob_id>` gzip objects (`content`: a folder or `s3://bucket/prefix`);
+  `content/<blob_id>` gzip objects (`content`: a folder or `s3://bucket/prefix`), or the output of a graph stage
+  run just before in a pipeline;
 - SWH vault bundles (`bundles`): flat `swh:1:dir:<id>.tar.gz`, git-bare `swh_1_rev_<id>.git.tar`;
-- local folders or git repositories (`repos`).
+- local folders or git repositories (`repos`);
+- sources from outside the package (`sources`: `module:Class` with its settings; docs/sources.md).
+
+Each source yields raw rows (sources.base.RAW_SCHEMA): a file's bytes, or why there are none. Ingest checks
+and decodes them the same way whatever their source.
 
 Output columns: all of schema.FILE_SCHEMA. Kept rows have decoded `content`.
 
 Removed (`<out>/ingest/removed/`), by `reason`: `binary` (a NUL byte), `empty`, `too_large` (over the
 compressed or decoded cap), `too_deep` (tree depth), `symlink`, `submodule`, `swh_placeholder`.
 
-Errors (`<out>/ingest/errors/`), by `reason`: `missing_blob`, `fetch_failed` (the store refused the read for
-good, e.g. access denied), `corrupt_gzip`, `decompression_bomb`, `hash_mismatch`, `undecodable`, `bad_metadata`
-(a metadata value that does not convert, e.g. length_bytes `'12 KB'`, or an empty path: that row only),
-`unsafe_member` (tar member escaping the bundle, device, fifo), `corrupt_bundle`, `unreadable_input` (an input
-file, or one row group of a metadata file, that cannot be read).
-
-The metadata files are checked when the stage is planned: a missing `blob_id` or `path` column, or a column of
-the wrong kind (a list where a count is expected), is a one-line error naming the file and the column.
+Errors (`<out>/ingest/errors/`), by `reason`: ingest's own `hash_mismatch`, `undecodable`, `unreadable_input`
+(an input that cannot be read at all), and those the sources declare (ERROR_REASONS): `missing_blob`,
+`fetch_failed`, `corrupt_gzip`, `decompression_bomb`, `bad_metadata` (The Stack v2), `unsafe_member`,
+`corrupt_bundle` (vault bundles, local repositories).
 
 A content store that is down (refused, timed out, throttled, 5xx) is not bad input: each read is retried
 (`fetch_retries`, `fetch_backoff`), and a shard whose reads still fail is not committed. The stage then ends
@@ -29,39 +30,25 @@ Example:
     stackcurate ingest --bundles 'vault/*.tar*' --repos ~/src/myproject --out work/run
 """
 
-import contextlib
-import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pyarrow as pa
 
+from stackcurate import sources
 from stackcurate.core import io
 from stackcurate.core.config import option
 from stackcurate.core.contract import Shard, Stage, StageOutput
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.planning import plan_parquet
 from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, extension_of, with_reason
-from stackcurate.stages.ingest import fetch, sources
+from stackcurate.sources.base import Limits, Source, name_matcher
+from stackcurate.sources.fetch import FetchOptions
 from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placeholder, sha1_hex
-from stackcurate.stages.ingest.fetch import FetchOptions
 
-ERROR_REASONS = frozenset(
-    {
-        "missing_blob",
-        "fetch_failed",
-        "corrupt_gzip",
-        "decompression_bomb",
-        "hash_mismatch",
-        "undecodable",
-        "unsafe_member",
-        "corrupt_bundle",
-        "unreadable_input",
-        "bad_metadata",
-    }
-)
+# Bad input found by ingest itself, whatever the source (the sources declare their own: ERROR_REASONS).
+OWN_ERROR_REASONS = frozenset({"hash_mismatch", "undecodable", "unreadable_input"})
+ERROR_REASONS = OWN_ERROR_REASONS.union(*(source.error_reasons for source in sources.BUILT_IN))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +64,11 @@ class IngestConfig:
     )
     bundles: tuple[str, ...] = option((), "SWH vault bundles or globs (flat .tar.gz, git-bare .git.tar)", path=True)
     repos: tuple[str, ...] = option((), "local folders or git repositories", path=True)
+    sources: tuple[str | dict[str, Any], ...] = option(
+        (),
+        "sources of your own, each module:Class (a pipeline YAML gives each its settings: see docs/sources.md)",
+        resolve=sources.resolve,
+    )
     s3_endpoint: str | None = option(None, "S3 endpoint URL override, e.g. http://127.0.0.1:9000")
     s3_anonymous: bool = option(True, "unsigned S3 requests (the public SWH bucket needs no credentials)")
     s3_region: str = option("us-east-1", "S3 region (the SWH bucket is in us-east-1)")
@@ -120,8 +112,8 @@ class IngestConfig:
         )
 
     @property
-    def limits(self) -> sources.Limits:
-        return sources.Limits(
+    def limits(self) -> Limits:
+        return Limits(
             max_compressed_bytes=self.max_compressed_bytes,
             max_bytes=self.max_bytes,
             max_depth=self.max_depth,
@@ -129,83 +121,34 @@ class IngestConfig:
         )
 
 
-def _bundle_kind(uri: str) -> str:
-    name = uri.rsplit("/", 1)[-1]
-    if name.endswith(".git.tar"):
-        return "git_bare"
-    if name.endswith((".tar.gz", ".tgz", ".tar")):
-        return "flat"
-    raise StackcurateError(
-        f"cannot tell the vault bundle kind of {uri}: expected swh:1:dir:<id>.tar.gz (flat) "
-        "or swh_1_rev_<id>.git.tar (git-bare)"
-    )
-
-
-def _expand_all(patterns: tuple[str, ...], s3: io.S3Options, what: str) -> list[str]:
-    files: list[str] = []
-    for pattern in patterns:
-        fs, path = io.filesystem(pattern, s3)
-        found = io.expand(fs, path, suffix=".parquet" if what == "metadata" else "")
-        if not found:
-            raise StackcurateError(f"no {what} file matches {pattern}; check the path or glob")
-        prefix = pattern[: pattern.index("://") + 3] if "://" in pattern else ""
-        files += [prefix + f if prefix else f for f in found]
-    return files
-
-
 def plan(cfg: IngestConfig, metadata_from: str | None = None) -> list[Shard]:
-    """Shards in a fixed order: metadata row ranges, then bundles, then repositories. `metadata_from` is the
-    folder of a graph stage run before this one in a pipeline: its files are the metadata, unless the config
-    names some."""
-    if metadata_from is not None and not cfg.metadata:
-        cfg = replace(cfg, metadata=(io.join(metadata_from, "*.parquet"),))
-    if not (cfg.metadata or cfg.bundles or cfg.repos):
-        raise StackcurateError("ingest needs an input: --metadata with --content, --bundles, or --repos")
-    if cfg.metadata and not cfg.content:
-        raise StackcurateError("--metadata needs --content, the store holding content/<blob_id> objects")
-    if cfg.fetch_retries < 0 or cfg.fetch_backoff < 0:
-        raise StackcurateError("--fetch-retries and --fetch-backoff may not be negative")
-    if cfg.fetch_concurrency < 1 or cfg.fetch_buffer_mb <= 0:
-        raise StackcurateError("--fetch-concurrency and --fetch-buffer-mb must be positive")
-    if cfg.content:
-        fetch.check_store(cfg.content)
-    metadata = _expand_all(cfg.metadata, cfg.s3, "metadata")
-    shards = plan_parquet(
-        metadata, cfg.rows_per_shard, cfg.s3, kind="stack_v2", check=sources.check_metadata, size_column="length_bytes"
-    )
-    inputs = [(_bundle_kind(uri), uri) for uri in _expand_all(cfg.bundles, cfg.s3, "bundle")]
-    for repo in cfg.repos:
-        if not Path(repo).is_dir():
-            raise StackcurateError(f"repository {repo} is not a folder")
-        inputs.append(("repo", str(Path(repo).resolve())))
-    next_source = 1 + max((s.source_index for s in shards), default=-1)
-    for i, (kind, uri) in enumerate(inputs):
-        weight = _folder_bytes(Path(uri)) if kind == "repo" else io.file_size(uri, cfg.s3)
-        shards.append(Shard(index=len(shards), kind=kind, path=uri, source_index=next_source + i, weight=weight))
+    """The shards of every source (sources.build), numbered one source after another in their order. Sources
+    that share an input setting (flat and git-bare bundles) are numbered together, in the order of its inputs.
+    `metadata_from` is the folder of a graph stage run before this one in a pipeline: The Stack v2 source reads
+    its files as metadata, unless the config names some."""
+    planned: dict[str, list[Shard]] = {}  # by input setting, in the order the sources come
+    built = sources.build(cfg)
+    for source in built:
+        planned.setdefault(source.option or source.name, []).extend(source.plan(metadata_from))
+    if not any(planned.values()):
+        listed = [s.name for s in built[len(built) - len(cfg.sources) :]]  # build() puts them last
+        found = f"; {', '.join(listed)} found nothing to read: check its settings" if listed else ""
+        raise StackcurateError(
+            f"ingest needs an input: --metadata with --content, --bundles, --repos, or --sources{found}"
+        )
+    shards: list[Shard] = []
+    for group in planned.values():
+        first = 1 + max((s.source_index for s in shards), default=-1)
+        # sorted is stable: the shards of one input (row ranges of a metadata file) keep their order
+        for shard in sorted(group, key=lambda s: s.source_index):
+            shards.append(replace(shard, index=len(shards), source_index=first + shard.source_index))
     return shards
-
-
-def _folder_bytes(root: Path) -> int:
-    """The bytes of the files under `root`, git's own folder left out (the shard's weight: see Shard)."""
-    total = 0
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = [d for d in subfolders if d != ".git"]
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(folder, name)).st_size
-    return total
-
-
-def _name_matcher(pattern: str | None) -> Callable[[str | None], bool] | None:
-    if pattern is None:
-        return None
-    regex = re.compile(pattern, re.IGNORECASE)
-    return lambda path: bool(regex.match(PurePosixPath(path or "/").name))
 
 
 def _only(tables: Iterator[pa.Table], wanted: Callable[[str | None], bool]) -> Iterator[pa.Table]:
     for table in tables:
-        yield table.filter(pa.array([wanted(p) for p in table.column("path").to_pylist()], pa.bool_()))
+        mask = [wanted(p) for p in table.column("path").to_pylist()]
+        yield table if all(mask) else table.filter(pa.array(mask, pa.bool_()))
 
 
 class IngestStage(Stage):
@@ -241,6 +184,12 @@ class IngestStage(Stage):
         """Metadata row ranges, then bundles, then repositories; `input_uri` is a graph stage's metadata."""
         return plan(cfg, input_uri)
 
+    def __init__(self, cfg: IngestConfig) -> None:
+        super().__init__(cfg)
+        built = sources.build(cfg)
+        self.sources: dict[str, Source] = {source.name: source for source in built}
+        self.error_reasons = OWN_ERROR_REASONS.union(*(source.error_reasons for source in built))
+
     def output_schema(self, shard: Shard) -> pa.Schema:
         return FILE_SCHEMA
 
@@ -248,34 +197,24 @@ class IngestStage(Stage):
         return FILE_SCHEMA
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
-        cfg = self.cfg
-        wanted = _name_matcher(cfg.only_names)
-        if shard.kind == "stack_v2":
-            assert cfg.content is not None
-            # Filtered before the fetch: a scan of license files reads a few objects of the store, not all.
-            return sources.read_stack_v2(
-                shard, cfg.content, cfg.s3, cfg.limits, cfg.batch_rows, cfg.fetch_options, wanted
-            )
-        if shard.kind == "flat":
-            tables = sources.read_flat_bundle(shard, cfg.limits, cfg.batch_rows, cfg.s3)
-        elif shard.kind == "git_bare":
-            tables = sources.read_git_bare_bundle(shard, cfg.limits, cfg.batch_rows, cfg.s3, cfg.tmp_dir)
-        elif shard.kind == "repo":
-            tables = sources.read_repo(shard, cfg.limits, cfg.batch_rows)
-        else:
-            raise ValueError(f"unknown shard kind {shard.kind!r}")
+        source = self.sources.get(shard.kind)
+        if source is None:
+            raise ValueError(f"no ingest source reads shards of kind {shard.kind!r}")
+        tables = source.read(shard)
+        # A source may leave out the files not wanted itself (The Stack v2 does, before fetching them).
+        wanted = name_matcher(self.cfg.only_names)
         return tables if wanted is None else _only(tables, wanted)
 
     def __call__(self, table: pa.Table) -> StageOutput:
         kept, removed, errors = [], [], []
-        for row in table.to_pylist():  # raw rows (sources.RAW_SCHEMA): bytes in `data`, or a `reason`
+        for row in table.to_pylist():  # raw rows (sources.base.RAW_SCHEMA): bytes in `data`, or a `reason`
             data = row.pop("data")
             reason, detail = row.pop("reason"), row.pop("detail")
             if reason is None:
                 reason, detail = self._check(row, data)
             if reason is None:
                 kept.append(row)
-            elif reason in ERROR_REASONS:
+            elif reason in self.error_reasons:
                 errors.append({**row, "reason": reason, "detail": detail})
             else:
                 removed.append({**row, "reason": reason, "detail": detail})

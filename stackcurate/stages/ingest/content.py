@@ -3,12 +3,10 @@
 - A NUL byte means binary: the file is dropped.
 - Decode with the declared encoding, then UTF-8, then the detected charset; a file none of them decodes is
   bad input. (The Stack v2 used cchardet for detection; charset-normalizer is the maintained equivalent.)
-- Inflation of gzip objects stops at the size cap, so a decompression bomb costs at most that much memory.
 """
 
 import codecs
 import hashlib
-import zlib
 from dataclasses import dataclass
 
 from charset_normalizer import from_bytes
@@ -19,7 +17,6 @@ SWH_PLACEHOLDERS = (
     b"This content is hidden.",
 )
 _MISSING_MARK = b"missing from the Software Heritage archive"
-_INFLATE_CHUNK = 1 << 16
 
 
 def sha1_hex(data: bytes) -> str:
@@ -30,51 +27,6 @@ def sha1_hex(data: bytes) -> str:
 def git_blob_hex(data: bytes) -> str:
     """SWH `sha1_git` / The Stack v2 `content_id`: the git blob hash, as in `swh:1:cnt:<hex>`."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-@dataclass(frozen=True)
-class Inflated:
-    """Result of a bounded gunzip: the bytes, or why there are none."""
-
-    data: bytes | None
-    reason: str | None = None
-    detail: str | None = None
-
-
-def gunzip_bounded(compressed: bytes, max_bytes: int, bomb_ratio: float) -> Inflated:
-    """Inflate a gzip object, never holding more than `max_bytes + 1` inflated bytes.
-
-    Past the cap the file is `too_large`, or a `decompression_bomb` when the bytes inflated so far are more
-    than `bomb_ratio` times the compressed bytes read so far (no source file compresses like that).
-    """
-    out = bytearray()
-    pending = compressed
-    try:
-        while pending:  # gzip allows concatenated members
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            pos, tail = 0, b""
-            while not inflater.eof:
-                if tail:
-                    chunk = tail
-                elif pos < len(pending):
-                    chunk = pending[pos : pos + _INFLATE_CHUNK]
-                    pos += len(chunk)
-                else:
-                    return Inflated(None, "corrupt_gzip", "truncated gzip stream")
-                # max_length bounds the output of this call; it is always >= 1 here (0 would mean unbounded).
-                out += inflater.decompress(chunk, max_bytes + 1 - len(out))
-                tail = inflater.unconsumed_tail
-                if len(out) > max_bytes:
-                    consumed = len(compressed) - len(pending) + pos - len(tail)
-                    if len(out) > bomb_ratio * max(consumed, 1):
-                        return Inflated(
-                            None, "decompression_bomb", f"passed {max_bytes} bytes after {consumed} compressed bytes"
-                        )
-                    return Inflated(None, "too_large", f"more than {max_bytes} bytes once inflated")
-            pending = inflater.unused_data + pending[pos:]
-    except zlib.error as exc:
-        return Inflated(None, "corrupt_gzip", str(exc))
-    return Inflated(bytes(out))
 
 
 def is_placeholder(data: bytes) -> bool:

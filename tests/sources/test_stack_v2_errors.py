@@ -1,5 +1,5 @@
-"""Ingest when things go wrong (issue 14, cases 3 and 4): a content store that is down, throttles or fails, and
-metadata that is not what The Stack v2 publishes.
+"""The Stack v2 source when things go wrong (issue 14, cases 3 and 4): a content store that is down, throttles
+or fails, and metadata that is not what The Stack v2 publishes.
 
 The stores are real: a loopback port nobody listens on, moto's S3 server, and a loopback HTTP proxy in front of
 moto that answers an error status instead of moto for chosen requests.

@@ -1,4 +1,4 @@
-"""The content store reader (stages/ingest/fetch.py): results in order, a bound on the bytes it holds, errors
+"""The content store reader (sources/fetch.py): results in order, a bound on the bytes it holds, errors
 sorted into transient and permanent."""
 
 import time
@@ -7,7 +7,7 @@ import pytest
 
 from stackcurate.core import io
 from stackcurate.core.errors import StackcurateError
-from stackcurate.stages.ingest import fetch
+from stackcurate.sources import fetch
 
 OPTIONS = fetch.FetchOptions(concurrency=8, buffer_bytes=3_000, retries=0, backoff=0.01)
 

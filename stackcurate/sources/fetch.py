@@ -15,6 +15,9 @@ streams a list of keys back in order with a bound on the bytes held:
   would be thrown away) and `failure` says why. The process also remembers the store as down, so its next
   shard tries each read once before giving up too, instead of waiting through the backoff again; a store that
   is back answers that one try, and retries are full again.
+
+Inflating an object (`gunzip_bounded`) stops at the size cap, so a decompression bomb costs at most that much
+memory.
 """
 
 import asyncio
@@ -22,6 +25,7 @@ import os
 import random
 import re
 import threading
+import zlib
 from collections import deque
 from collections.abc import Awaitable
 from concurrent.futures import Future
@@ -277,3 +281,53 @@ async def _first(*waits: Awaitable[Any]) -> None:
     _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
+
+
+# --- the objects: gzip, inflated within the size cap -----------------------------------------------------
+
+_INFLATE_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class Inflated:
+    """Result of a bounded gunzip: the bytes, or why there are none."""
+
+    data: bytes | None
+    reason: str | None = None
+    detail: str | None = None
+
+
+def gunzip_bounded(compressed: bytes, max_bytes: int, bomb_ratio: float) -> Inflated:
+    """Inflate a gzip object, never holding more than `max_bytes + 1` inflated bytes.
+
+    Past the cap the file is `too_large`, or a `decompression_bomb` when the bytes inflated so far are more
+    than `bomb_ratio` times the compressed bytes read so far (no source file compresses like that).
+    """
+    out = bytearray()
+    pending = compressed
+    try:
+        while pending:  # gzip allows concatenated members
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            pos, tail = 0, b""
+            while not inflater.eof:
+                if tail:
+                    chunk = tail
+                elif pos < len(pending):
+                    chunk = pending[pos : pos + _INFLATE_CHUNK]
+                    pos += len(chunk)
+                else:
+                    return Inflated(None, "corrupt_gzip", "truncated gzip stream")
+                # max_length bounds the output of this call; it is always >= 1 here (0 would mean unbounded).
+                out += inflater.decompress(chunk, max_bytes + 1 - len(out))
+                tail = inflater.unconsumed_tail
+                if len(out) > max_bytes:
+                    consumed = len(compressed) - len(pending) + pos - len(tail)
+                    if len(out) > bomb_ratio * max(consumed, 1):
+                        return Inflated(
+                            None, "decompression_bomb", f"passed {max_bytes} bytes after {consumed} compressed bytes"
+                        )
+                    return Inflated(None, "too_large", f"more than {max_bytes} bytes once inflated")
+            pending = inflater.unused_data + pending[pos:]
+    except zlib.error as exc:
+        return Inflated(None, "corrupt_gzip", str(exc))
+    return Inflated(bytes(out))
