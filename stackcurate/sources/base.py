@@ -22,7 +22,7 @@ import pyarrow as pa
 from stackcurate.core import io
 from stackcurate.core.contract import Shard
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.schema import DOC_ID_ORDINAL_BITS, FILE_SCHEMA
+from stackcurate.core.schema import DOC_ID_ORDINAL_BITS, FILE_KIND, FILE_SCHEMA, KIND
 
 if TYPE_CHECKING:
     from stackcurate.stages.ingest import IngestConfig
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 RAW_SCHEMA = pa.schema(
     [f for f in FILE_SCHEMA if f.name != "content"]
     + [pa.field("data", pa.large_binary()), pa.field("reason", pa.string()), pa.field("detail", pa.string())]
+    + [pa.field(KIND, pa.string())]  # null: a file (core/kinds.py)
 )
 _BATCH_BYTES = 64 << 20
 
@@ -53,6 +54,10 @@ class Source(ABC):
     """
 
     name: ClassVar[str]
+    # The kinds of record it reads (core/kinds.py): a source of another kind than `file` sets `kind` in its rows,
+    # and declares the columns of its own that its rows carry besides RAW_SCHEMA's (`raw_schema()`).
+    kinds: ClassVar[tuple[str, ...]] = (FILE_KIND,)
+    columns: ClassVar[tuple[pa.Field, ...]] = ()
     error_reasons: ClassVar[frozenset[str]] = frozenset()
     option: ClassVar[str | None] = None
     config: ClassVar[type | None] = None
@@ -60,6 +65,11 @@ class Source(ABC):
     def __init__(self, ingest: "IngestConfig", settings: Any = None) -> None:
         self.ingest = ingest
         self.settings = settings
+
+    @classmethod
+    def raw_schema(cls) -> pa.Schema:
+        """The schema of its raw tables: RAW_SCHEMA and the columns of its own (`columns`)."""
+        return pa.schema([*RAW_SCHEMA, *cls.columns])
 
     @abstractmethod
     def plan(self, upstream: str | None) -> list[Shard]:
@@ -112,12 +122,14 @@ class RawBatch:
         source: The rows' `source` column (`vault_flat`, `local`, ...).
         batch_rows: Rows per table at most (a table is also cut at 64 MiB of bytes).
         common: Columns every row gets (`repo_name`, `directory_id`, ...).
+        schema: The tables' schema (a source with columns of its own: its `raw_schema()`).
     """
 
     shard: Shard
     source: str
     batch_rows: int
     common: dict[str, Any] = field(default_factory=dict)
+    schema: pa.Schema = RAW_SCHEMA
     rows: list[dict[str, Any]] = field(default_factory=list)
     ordinal: int = 0
     size: int = 0
@@ -148,7 +160,7 @@ class RawBatch:
         return len(self.rows) >= self.batch_rows or self.size >= _BATCH_BYTES
 
     def flush(self) -> pa.Table:
-        table = pa.Table.from_pylist(self.rows, schema=RAW_SCHEMA)
+        table = pa.Table.from_pylist(self.rows, schema=self.schema)
         self.rows, self.size = [], 0
         return table
 

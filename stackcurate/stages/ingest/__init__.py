@@ -11,7 +11,8 @@ The inputs are read by sources (stackcurate/sources/: plan, read one shard, erro
 Each source yields raw rows (sources.base.RAW_SCHEMA): a file's bytes, or why there are none. Ingest checks
 and decodes them the same way whatever their source.
 
-Output columns: all of schema.FILE_SCHEMA. Kept rows have decoded `content`.
+Output columns: all of schema.FILE_SCHEMA, and `kind` with the columns of their own when sources read records of
+other kinds (core/kinds.py). Kept rows have decoded `content`.
 
 Removed (`<out>/ingest/removed/`), by `reason`: `binary` (a NUL byte), `empty`, `too_large` (over the
 compressed or decoded cap), `too_deep` (tree depth), `symlink`, `submodule`, `swh_placeholder`.
@@ -41,7 +42,7 @@ from stackcurate.core import io
 from stackcurate.core.config import option
 from stackcurate.core.contract import Shard, Stage, StageOutput
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, extension_of, with_reason
+from stackcurate.core.schema import ERROR_SCHEMA, FILE_KIND, FILE_SCHEMA, KIND, extension_of, with_reason
 from stackcurate.sources.base import Limits, Source, name_matcher
 from stackcurate.sources.fetch import FetchOptions
 from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placeholder, sha1_hex
@@ -145,6 +146,17 @@ def plan(cfg: IngestConfig, metadata_from: str | None = None) -> list[Shard]:
     return shards
 
 
+def record_schema(built: list[Source]) -> pa.Schema:
+    """The schema of ingest's records: FILE_SCHEMA; with `kind` and their own columns when sources read records
+    of other kinds (files alone: FILE_SCHEMA itself, so a run over files writes what it always wrote)."""
+    if all(set(source.kinds) <= {FILE_KIND} and not source.columns for source in built):
+        return FILE_SCHEMA
+    fields = [*FILE_SCHEMA, pa.field(KIND, pa.string())]
+    for source in built:
+        fields += [f for f in source.columns if f.name not in {g.name for g in fields}]
+    return pa.schema(fields)
+
+
 def _only(tables: Iterator[pa.Table], wanted: Callable[[str | None], bool]) -> Iterator[pa.Table]:
     for table in tables:
         mask = [wanted(p) for p in table.column("path").to_pylist()]
@@ -189,12 +201,13 @@ class IngestStage(Stage):
         built = sources.build(cfg)
         self.sources: dict[str, Source] = {source.name: source for source in built}
         self.error_reasons = OWN_ERROR_REASONS.union(*(source.error_reasons for source in built))
+        self.schema = record_schema(built)
 
     def output_schema(self, shard: Shard) -> pa.Schema:
-        return FILE_SCHEMA
+        return self.schema
 
     def schema_after(self, schema: pa.Schema | None) -> pa.Schema:
-        return FILE_SCHEMA
+        return self.schema
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         source = self.sources.get(shard.kind)
@@ -219,8 +232,8 @@ class IngestStage(Stage):
             else:
                 removed.append({**row, "reason": reason, "detail": detail})
         return StageOutput(
-            kept=pa.Table.from_pylist(kept, schema=FILE_SCHEMA),
-            removed=pa.Table.from_pylist(removed, schema=with_reason(FILE_SCHEMA)),
+            kept=pa.Table.from_pylist(kept, schema=self.schema),
+            removed=pa.Table.from_pylist(removed, schema=with_reason(self.schema)),
             errors=pa.Table.from_pylist(errors, schema=ERROR_SCHEMA),
         )
 
@@ -242,6 +255,6 @@ class IngestStage(Stage):
         row.update(content=decoded.text, src_encoding=decoded.encoding, length_bytes=encoded_len)
         if encoded_len > self.cfg.max_bytes:
             return "too_large", f"{encoded_len} bytes decoded (cap {self.cfg.max_bytes})"
-        if not row.get("extension"):
+        if not row.get("extension") and (row.get(KIND) or FILE_KIND) == FILE_KIND:
             row["extension"] = extension_of(row["path"])
         return None, None
