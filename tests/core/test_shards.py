@@ -248,6 +248,22 @@ def test_a_reader_failure_is_one_error_row_and_the_shard_is_committed(tmp_path):
     assert (summary["errors"], summary["docs_out"]) == (1, 0)
 
 
+def test_an_unreadable_input_file_is_one_error_row_and_the_shard_is_committed(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "00000.parquet").write_bytes(b"not parquet")
+    (shard,) = plan_records(str(tmp_path / "in"))
+    assert shard.kind == "unreadable"
+    summary = _run(tmp_path / "out", [Judge(JudgeConfig())], shard)
+    folder = tmp_path / "out" / "judge"
+    errors = pq.read_table(folder / "errors" / "00000.parquet").to_pylist()
+    assert [(e["reason"], e["origin"], e["detail"]) for e in errors] == [
+        ("unreadable_input", shard.path, shard.detail)
+    ]
+    assert read_all(folder).num_rows == 0
+    assert (summary["errors"], summary["docs_out"]) == (1, 0)
+    assert StageDir(str(tmp_path / "out"), "judge").done_shards() == {0}
+
+
 # Fused groups
 
 
