@@ -6,7 +6,6 @@ import pytest
 from stackcurate.core.schema import (
     FILE_SCHEMA,
     SHARED_COLUMNS,
-    STATS_SCHEMA,
     conform,
     extension_of,
     put_column,
@@ -47,7 +46,3 @@ def test_extension_of_is_what_follows_the_last_dot_of_the_name(path, extension):
 
 def test_every_shared_column_but_kind_is_a_file_column():
     assert set(SHARED_COLUMNS) - set(FILE_SCHEMA.names) == {"kind"}
-
-
-def test_stats_rows_are_keyed_by_run_stage_shard_metric():
-    assert STATS_SCHEMA.names[:4] == ["run_id", "stage", "shard", "metric"]
