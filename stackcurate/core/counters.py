@@ -39,7 +39,10 @@ class Counters:
 
     def add(self, metric: str, language: str | None, reason: str | None, value: float) -> None:
         key = (metric, language, reason)
-        self.values[key] = self.values.get(key, 0.0) + value
+        if metric in LARGEST:  # a peak: the largest of the values, as the report combines shards and runs
+            self.values[key] = max(self.values.get(key, value), value)
+        else:
+            self.values[key] = self.values.get(key, 0.0) + value
 
     def count(self, table: pa.Table | None, prefix: str) -> None:
         if table is None or table.num_rows == 0:

@@ -26,9 +26,12 @@ def kinds_of(table: pa.Table) -> pa.ChunkedArray:
 
 def split_kinds(table: pa.Table, kinds: tuple[str, ...] | None) -> tuple[pa.Table, pa.Table | None]:
     """The rows of `kinds` (every row when `kinds` is None), and the rows of other kinds (None when there are
-    none): without a `kind` column, or when every row is of `kinds`, the table itself and no copy."""
-    if kinds is None or KIND not in table.column_names:
+    none): when every row is of `kinds` (a table without a `kind` column holds files), the table itself and no
+    copy."""
+    if kinds is None:
         return table, None
+    if KIND not in table.column_names:  # files only: all the stage's, or all passed through
+        return (table, None) if FILE_KIND in kinds else (table.slice(0, 0), table)
     mine = pc.is_in(kinds_of(table), value_set=pa.array(kinds, pa.string()))
     if pc.all(mine).as_py() is not False:  # every row (or an empty table)
         return table, None

@@ -28,6 +28,7 @@ import pyarrow as pa
 from stackcurate.core.contract import Shard, Stage, StageOutput
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.planning import read_records, records_schema
+from stackcurate.core.schema import FILE_SCHEMA
 
 
 class RecordStage(Stage):
@@ -43,7 +44,8 @@ class RecordStage(Stage):
         return read_records(shard, self.cfg.batch_rows)
 
     def output_schema(self, shard: Shard) -> pa.Schema:
-        return self.schema_after(records_schema(shard))
+        # A file that planning could not open has no schema to read: its shard is one error row and no records.
+        return self.schema_after(FILE_SCHEMA if shard.kind == "unreadable" else records_schema(shard))
 
     def schema_after(self, schema: pa.Schema) -> pa.Schema:
         """The schema of the kept rows, given the input's."""

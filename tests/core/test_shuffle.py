@@ -36,3 +36,28 @@ def test_a_writer_with_no_rows_commits_an_empty_file(tmp_path):
     shuffle.PartitionedWriter(fs, root, 0, pa.schema([("v", pa.int64())]), 3).commit()
     assert pq.read_metadata(f"{root}/00000.parquet").num_rows == 0
     assert all(shuffle.read_partition(fs, root, p) is None for p in range(3))
+
+
+def _splitmix64(x: int) -> int:
+    """Vigna's splitmix64 output for state `x` (the reference in C, with Python's unbounded ints masked)."""
+    mask = (1 << 64) - 1
+    z = (x + 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+def test_mix64_is_splitmix64():
+    values = np.array([0, 1, 2**40 + 7, 2**64 - 1], dtype=np.uint64)
+    assert int(shuffle.mix64(values)[0]) == 0xE220A8397B1DCDAF  # splitmix64's first output from seed 0
+    assert [int(v) for v in shuffle.mix64(values)] == [_splitmix64(int(v)) for v in values]
+
+
+def test_write_partitioned_writes_every_row_once(tmp_path):
+    fs, root = io.filesystem(str(tmp_path))
+    table = pa.table({"v": list(range(6))})
+    shuffle.write_partitioned(fs, root, 3, table, np.array([1, 0, 1, 0, 1, 1]), 2)
+    got = shuffle.read_partition(fs, root, 0)
+    assert got is not None
+    assert got.column("v").to_pylist() == [1, 3]
+    assert [p.name for p in tmp_path.iterdir()] == ["00003.parquet"]
