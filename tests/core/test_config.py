@@ -40,7 +40,9 @@ class DemoConfig:
 
 def test_option_carries_help_and_flags_into_the_field():
     field = DemoConfig.__dataclass_fields__["rules"]
-    assert dict(field.metadata) == {"help": "rules table", "path": True, "keywords": ("auto",), "output": True}
+    assert dict(field.metadata) == {
+        "help": "rules table", "path": True, "keywords": ("auto",), "output": True, "resolve": None,
+    }  # fmt: skip
     assert DemoConfig().rules == "rules.yaml"
 
 
