@@ -56,10 +56,6 @@ class StackV2(Source):
             return []
         if not cfg.content:
             raise StackcurateError("--metadata needs --content, the store holding content/<blob_id> objects")
-        if cfg.fetch_retries < 0 or cfg.fetch_backoff < 0:
-            raise StackcurateError("--fetch-retries and --fetch-backoff may not be negative")
-        if cfg.fetch_concurrency < 1 or cfg.fetch_buffer_mb <= 0:
-            raise StackcurateError("--fetch-concurrency and --fetch-buffer-mb must be positive")
         fetch.check_store(cfg.content)
         files = expand_inputs(patterns, cfg.s3, "metadata", suffix=".parquet")
         return plan_parquet(

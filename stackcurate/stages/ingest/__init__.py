@@ -127,6 +127,10 @@ def plan(cfg: IngestConfig, metadata_from: str | None = None) -> list[Shard]:
     that share an input setting (flat and git-bare bundles) are numbered together, in the order of its inputs.
     `metadata_from` is the folder of a graph stage run before this one in a pipeline: The Stack v2 source reads
     its files as metadata, unless the config names some."""
+    if cfg.fetch_retries < 0 or cfg.fetch_backoff < 0:
+        raise StackcurateError("--fetch-retries and --fetch-backoff may not be negative")
+    if cfg.fetch_concurrency < 1 or cfg.fetch_buffer_mb <= 0:
+        raise StackcurateError("--fetch-concurrency and --fetch-buffer-mb must be positive")
     planned: dict[str, list[Shard]] = {}  # by input setting, in the order the sources come
     built = sources.build(cfg)
     for source in built:
