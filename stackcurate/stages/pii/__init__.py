@@ -166,14 +166,6 @@ def resolve_model(cfg: PiiConfig) -> PiiConfig:
     return dataclasses.replace(cfg, model=str(default_model_folder()))
 
 
-def prepare(cfg: PiiConfig, ctx: StageContext) -> PiiConfig:
-    return resolve_model(cfg)
-
-
-def resources(cfg: PiiConfig) -> dict[str, float]:
-    return {"num_gpus": cfg.num_gpus} if cfg.uses_model else {}
-
-
 def analyzer() -> "AnalyzerEngine":
     """A presidio AnalyzerEngine with the code recognizers and no NLP model (works offline)."""
     # Presidio picks a device for NLP engines we do not use, by importing torch (heavy, in every process):
@@ -339,11 +331,12 @@ class PiiStage(RecordStage):
 
     @classmethod
     def before_shards(cls, cfg: PiiConfig, ctx: StageContext) -> PiiConfig:
-        return prepare(cfg, ctx)
+        """The model the workers load, resolved once on the driver (`auto`: the shipped one, assembled)."""
+        return resolve_model(cfg)
 
     @classmethod
     def resources(cls, cfg: PiiConfig) -> dict[str, float]:
-        return resources(cfg)
+        return {"num_gpus": cfg.num_gpus} if cfg.uses_model else {}
 
     def __init__(self, cfg: PiiConfig) -> None:
         super().__init__(cfg)

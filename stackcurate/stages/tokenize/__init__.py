@@ -130,7 +130,7 @@ def train_tokenizer(cfg: TokenizeConfig, shards: list[Shard], input_uri: str | N
     return folder
 
 
-def prepare(cfg: TokenizeConfig, ctx: StageContext) -> TokenizeConfig:
+def trained_tokenizer(cfg: TokenizeConfig, ctx: StageContext) -> TokenizeConfig:
     """Train the tokenizer into `<out>/tokenizer` when asked (once: a finished one of the same settings stays)."""
     if cfg.tokenizer != "train":
         bpe.load(cfg.tokenizer)  # a one-line error now rather than on every worker
@@ -166,7 +166,7 @@ class TokenizeStage(Stage):
 
     @classmethod
     def before_shards(cls, cfg: TokenizeConfig, ctx: StageContext) -> TokenizeConfig:
-        return prepare(cfg, ctx)
+        return trained_tokenizer(cfg, ctx)
 
     @classmethod
     def after_shards(cls, cfg: TokenizeConfig, ctx: StageContext) -> None:
@@ -174,7 +174,7 @@ class TokenizeStage(Stage):
 
     def __init__(self, cfg: TokenizeConfig) -> None:
         super().__init__(cfg)
-        if cfg.tokenizer == "train":  # checked before `prepare` trains it; the workers get the folder
+        if cfg.tokenizer == "train":  # checked before `before_shards` trains it; the workers get the folder
             self.tokenizer = None
             return
         self.tokenizer = bpe.load(cfg.tokenizer)
