@@ -32,7 +32,7 @@ def split_kinds(table: pa.Table, kinds: tuple[str, ...] | None) -> tuple[pa.Tabl
         return table, None
     if KIND not in table.column_names:  # files only: all the stage's, or all passed through
         return (table, None) if FILE_KIND in kinds else (table.slice(0, 0), table)
-    mine = pc.is_in(kinds_of(table), value_set=pa.array(kinds, pa.string()))
-    if pc.all(mine).as_py() is not False:  # every row (or an empty table)
+    mine = pc.is_in(kinds_of(table), value_set=pa.array(kinds, pa.string()))  # pyright: ignore[reportAttributeAccessIssue]
+    if pc.all(mine).as_py() is not False:  # pyright: ignore[reportAttributeAccessIssue] - every row, or none at all
         return table, None
     return table.filter(mine), table.filter(pc.invert(mine))  # pyright: ignore[reportAttributeAccessIssue]

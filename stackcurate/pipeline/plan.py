@@ -126,7 +126,7 @@ def group_fingerprints(
     return fingerprints
 
 
-def status(dirs: list[StageDir], requests: list[str], shards: list[Shard], opts: RunOptions) -> str:
+def group_status(dirs: list[StageDir], requests: list[str], shards: list[Shard], opts: RunOptions) -> str:
     """What a run of a group would do with the output already there (the dry run's answer): reuse it, resume
     it, stop on it (another config or input), replace it (--overwrite) or run."""
     present = [d for d in dirs if io.exists(d.fs, d.root)]
@@ -165,7 +165,7 @@ def dry_run(pipeline: Pipeline, opts: RunOptions) -> list[str]:
             requests = group_fingerprints(
                 group, [c for _, c in group], kept_rows(group, opts, pipeline.keep), shards, pipeline.out
             )
-            status = status(dirs, requests, shards, opts)
+            status = group_status(dirs, requests, shards, opts)
         lines.append(f"{names}: {status}")
         previous = group[-1][0].name
     return lines

@@ -29,9 +29,9 @@ from stackcurate.pipeline.plan import (
     default_input,
     group_fingerprints,
     group_input,
+    group_status,
     kept_rows,
     plan_groups,
-    status,
 )
 from stackcurate.pipeline.spec import Pipeline, RunOptions, resolved_config
 from stackcurate.runners import Executor
@@ -118,7 +118,7 @@ def _run_group(
         for s in shards:
             kinds[s.kind] = kinds.get(s.kind, 0) + 1
         plan = [f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {d.uri}" for d in dirs]
-        plan.append(status(dirs, requests, shards, opts))
+        plan.append(group_status(dirs, requests, shards, opts))
         return [StageResult(spec.name, len(shards), 0, plan=plan) for spec, _ in members]
     executor.check_shared({"--out": out, **({"--input": input_uri} if input_uri is not None else {})})
     executor.take_busy()  # from here on, this group's

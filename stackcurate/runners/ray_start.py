@@ -82,7 +82,7 @@ def _probe_gcs(target: str, address: str) -> None:
 
     try:
         # Ray's own client for the GCS: private, so any surprise in it leaves the diagnosis to ray.init.
-        from ray._raylet import GcsClient  # pyright: ignore[reportAttributeAccessIssue]
+        from ray._raylet import GcsClient  # pyright: ignore[reportAttributeAccessIssue, reportPrivateImportUsage]
     except ImportError:
         return
     try:
@@ -147,7 +147,7 @@ def end_monitor() -> None:
     with contextlib.suppress(Exception):
         import ray
 
-        node = ray._private.worker._global_node  # pyright: ignore[reportAttributeAccessIssue]
+        node = ray._private.worker._global_node  # pyright: ignore[reportAttributeAccessIssue, reportPrivateImportUsage]
         for info in node.all_processes.get("monitor", []):
             info.process.kill()
             info.process.wait(timeout=5)
