@@ -18,17 +18,23 @@ output folder (-v also prints it). Errors print as one line; STACKCURATE_DEBUG=1
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from stackcurate import __version__
-from stackcurate.commands import models, outputs, pipeline
-from stackcurate.commands.parsing import VERBOSE, Parser, check_flags
-from stackcurate.core.errors import exit_code
+
+if TYPE_CHECKING:
+    from stackcurate.commands.parsing import Parser
 
 DESCRIPTION, EPILOG = (__doc__ or "").split("\n\n", 1)
-LIGHT = ("train", "generate")  # the trainer's own CLI: torch, numpy and transformers, none of the stages
+# The trainer's own CLI (torch, numpy and transformers: none of the pipeline's libraries); so the commands,
+# which import those, are imported only for the other commands.
+LIGHT = ("train", "generate")
 
 
-def build_parser() -> Parser:
+def build_parser() -> "Parser":
+    from stackcurate.commands import models, outputs, pipeline
+    from stackcurate.commands.parsing import VERBOSE, Parser
+
     parser = Parser(prog="stackcurate", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -50,10 +56,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if callable(getattr(sys.stdout, "reconfigure", None)):  # each line as it is printed, into a pipe or file too
         sys.stdout.reconfigure(line_buffering=True)  # pyright: ignore[reportAttributeAccessIssue]
+    from stackcurate.commands.parsing import check_flags
+    from stackcurate.core import log
+    from stackcurate.core.errors import exit_code
+
     parser = build_parser()
     check_flags(parser, argv)
     args = parser.parse_args(argv)
-    from stackcurate.core import log
 
     log.setup(args.verbose)
     return exit_code(lambda: args.handler(args))
