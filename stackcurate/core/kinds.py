@@ -2,9 +2,9 @@
 
 Every record has a kind: `file` (a source file, schema.FILE_SCHEMA), and, from sources that are not files, `issue`,
 `pull_request`, `commit`, `notebook`, ... A kind is the value of the `kind` column; a table without that column
-holds files only (so a run over files writes what it always wrote). Every kind has the columns that all kinds
-share (schema.SHARED_COLUMNS: `doc_id`, `content` as its text, its provenance); a kind's own columns are the
-source's to declare.
+holds files only (so a run over files writes what it always wrote). A record of any kind has FILE_SCHEMA's
+columns (its id, its text as `content`, its provenance; null where they do not apply, a path for an issue), and
+the columns of its own that its source declares (sources/base.py, `Source.columns`).
 
 A stage names the kinds it applies to (`Stage.kinds`; None: every kind). Given a table of several kinds, the
 shard runner hands the stage the rows of its kinds and passes the others through untouched: a code filter never

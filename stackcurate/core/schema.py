@@ -49,13 +49,6 @@ FILE_SCHEMA = pa.schema(
     ]
 )
 
-# The columns every kind of record has (a file's are all of FILE_SCHEMA): its id, kind, text (`content`) and
-# provenance. A source of another kind declares its own columns besides (core/kinds.py).
-SHARED_COLUMNS = (
-    "doc_id", KIND, "source", "origin", "repo_name", "content", "length_bytes", "language", "license_type",
-    "swhid", "visit_date",
-)  # fmt: skip
-
 # Columns that hold a file's text or text derived from it. The pii stage redacts every string in each of them
 # (nested ones included), so a stage that adds such a column names it here, or its text leaves pii unredacted
 # (tests/test_secrets.py fails on a text column missing from this list: text columns are large_string).

@@ -222,8 +222,8 @@ def _run_pass(
 class _Through:
     """Builds a record stage fed by a source stage's kept rows (license's scan read through ingest)."""
 
-    source: Any
-    stage: Any
+    source: Callable[[], Stage]
+    stage: Callable[[], Stage]
 
     def __call__(self) -> "_SourcePass":
         return _SourcePass(self.source(), self.stage())
@@ -252,10 +252,10 @@ class _SourcePass(Stage):
 class _Factory:
     """Builds a stage from its config on a worker (a plain callable object, so that it pickles)."""
 
-    build: Any
+    build: type[Stage]
     cfg: Any
 
-    def __call__(self) -> Any:
+    def __call__(self) -> Stage:
         return self.build(self.cfg)
 
 

@@ -4,8 +4,6 @@ import pyarrow as pa
 import pytest
 
 from stackcurate.core.schema import (
-    FILE_SCHEMA,
-    SHARED_COLUMNS,
     conform,
     extension_of,
     put_column,
@@ -43,6 +41,3 @@ def test_put_column_replaces_in_place_or_appends():
 def test_extension_of_is_what_follows_the_last_dot_of_the_name(path, extension):
     assert extension_of(path) == extension
 
-
-def test_every_shared_column_but_kind_is_a_file_column():
-    assert set(SHARED_COLUMNS) - set(FILE_SCHEMA.names) == {"kind"}
