@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stackcurate.cli import build_parser, check_flags, main
+from stackcurate.cli import build_parser, main
+from stackcurate.commands.parsing import check_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
