@@ -56,13 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if callable(getattr(sys.stdout, "reconfigure", None)):  # each line as it is printed, into a pipe or file too
         sys.stdout.reconfigure(line_buffering=True)  # pyright: ignore[reportAttributeAccessIssue]
-    from stackcurate.commands.parsing import check_flags
+    from stackcurate.commands.parsing import check_flags, late_positionals
     from stackcurate.core import log
     from stackcurate.core.errors import exit_code
 
     parser = build_parser()
     check_flags(parser, argv)
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    late_positionals(parser, args, extras)
 
     log.setup(args.verbose)
     return exit_code(lambda: args.handler(args))

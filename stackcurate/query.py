@@ -55,8 +55,15 @@ def run_query(out: str | Path, sql: str) -> duckdb.DuckDBPyRelation | None:
     try:
         return con.sql(sql)
     except duckdb.Error as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise StackcurateError(f"query failed: {first} (views: {', '.join(views)})") from None
+        raise StackcurateError(f"query failed: {_what_duckdb_said(exc)}\nviews: {', '.join(views)}") from None
+
+
+def _what_duckdb_said(exc: Exception) -> str:
+    """DuckDB's error on one line: what went wrong and its hint (`Did you mean "pii"?`, the candidate
+    bindings), without the echo of the query and its caret."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    kept = [lines[0], *(line for line in lines[1:] if line.startswith(("Did you mean", "Candidate")))]
+    return " ".join(kept)
 
 
 @dataclass(frozen=True)

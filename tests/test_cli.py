@@ -137,8 +137,30 @@ def test_query_views_and_formats(ingested, capsys):
     assert capsys.readouterr().out.split() == ['"n"', "2"]
 
 
-def test_query_errors_are_one_line(ingested, tmp_path, capsys):
-    assert "views: ingest" in _one_line_error(capsys, ["query", str(ingested), "select * from nope"])
+def test_query_takes_its_sql_after_the_flags_too(ingested, capsys):
+    """As a user typed it: `stackcurate query OUT --format csv "select ..."`."""
+    capsys.readouterr()
+    assert main(["query", str(ingested), "--format", "csv", "select count(*) as n from ingest"]) == 0
+    assert capsys.readouterr().out.split() == ['"n"', "2"]
+    for argv, prog, extra in (
+        (["stats", str(ingested), "extra"], "stackcurate stats", "extra"),
+        (["query", str(ingested), "--format", "csv", "select 1", "more"], "stackcurate query", "more"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1] == f"{prog}: error: unrecognized arguments: {extra}"
+
+
+def test_query_errors_keep_duckdb_s_hint_and_list_the_views_apart(ingested, tmp_path, capsys):
+    assert main(["query", str(ingested), "select * from ingest_remove"]) == 2
+    first, second = capsys.readouterr().err.strip().splitlines()
+    assert first.startswith("stackcurate: error: query failed: Catalog Error: Table with name ingest_remove")
+    assert first.endswith('Did you mean "ingest_removed"?')
+    assert second == "views: ingest, ingest_removed, ingest_errors, stats"
+    assert main(["query", str(ingested), "select nope from ingest"]) == 2
+    first = capsys.readouterr().err.strip().splitlines()[0]
+    assert "Referenced column \"nope\" not found" in first and "Candidate bindings" in first
     assert "not a local output folder" in _one_line_error(capsys, ["query", str(tmp_path / "nothing"), "select 1"])
 
 

@@ -74,6 +74,20 @@ def check_flags(parser: argparse.ArgumentParser, argv: list[str]) -> None:
             current.error(f"unrecognized argument {flag}{hint}")
 
 
+def late_positionals(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> None:
+    """Give the optional positionals of `args`'s command that argparse left empty the positionals it could not
+    place: argparse fills a command's positionals from the first run of them, so `query OUT --format csv SQL`
+    would leave SQL over. Anything else left over is an error, with the command's usage."""
+    command = (_commands(parser) or {}).get(getattr(args, "command", None) or "", parser)
+    empty = [
+        a.dest for a in command._actions if not a.option_strings and a.nargs == "?" and getattr(args, a.dest) is None
+    ]
+    while extras and empty and not extras[0].startswith("-"):
+        setattr(args, empty.pop(0), extras.pop(0))
+    if extras:
+        command.error(f"unrecognized arguments: {' '.join(extras)}")
+
+
 def _is_number(text: str) -> bool:
     try:
         float(text)
