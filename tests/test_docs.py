@@ -153,3 +153,9 @@ def test_every_relative_link_points_to_a_file_that_exists(page):
         elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
             broken.append(f"{target} (no such heading)")
     assert not broken, f"{page.relative_to(ROOT)}: {', '.join(broken)}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_page_installs_stackcurate_from_an_index(page):
+    """stackcurate is not on PyPI: `pip install stackcurate[...]` fails for whoever follows it (a new user did)."""
+    assert not re.search(r"pip install ['\"]?stackcurate\b", page.read_text()), page
