@@ -3,6 +3,7 @@
 
 import os
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -36,6 +37,20 @@ def run(args: list[str | Path], cwd: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
+def venv_seeing_this_environment(venv: Path, env: dict[str, str]) -> Path:
+    """A venv whose Python sees the packages of the Python running the tests, as `--system-site-packages` does
+    from a system Python. From a venv's Python that option shows the base Python's packages, not the venv's (where
+    `make test` in a virtualenv installed them): the new venv adds this environment's site folders itself."""
+    run([sys.executable, "-m", "venv", "--without-pip", venv], venv.parent, env)
+    site_packages = next((venv / "lib").glob("python*/site-packages"))
+    folders = [f for f in (*site.getsitepackages(), site.getusersitepackages()) if Path(f).is_dir()]
+    # `import` lines of a .pth file run at start-up: addsitedir also reads the .pth files of those folders.
+    (site_packages / "_tests_environment.pth").write_text(
+        "".join(f"import site; site.addsitedir({folder!r})\n" for folder in folders)
+    )
+    return venv
+
+
 @pytest.mark.timeout(600)
 def test_wheel_runs_a_pipeline_without_the_checkout(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -55,8 +70,7 @@ def test_wheel_runs_a_pipeline_without_the_checkout(tmp_path):
     assert not any(n.startswith(("filters/", "tests/")) for n in names)
 
     # The dependencies come from this environment; the editable stackcurate in it must not shadow the wheel.
-    venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], tmp_path, env)
+    venv = venv_seeing_this_environment(tmp_path / "venv", env)
     python, script = venv / "bin" / "python", venv / "bin" / "stackcurate"
     # --ignore-installed: never uninstall this environment's editable stackcurate, which the venv can see.
     run([python, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed", wheel], tmp_path, env)
