@@ -4,6 +4,8 @@ import importlib.metadata
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -160,7 +162,7 @@ def test_query_errors_keep_duckdb_s_hint_and_list_the_views_apart(ingested, tmp_
     assert second == "views: ingest, ingest_removed, ingest_errors, stats"
     assert main(["query", str(ingested), "select nope from ingest"]) == 2
     first = capsys.readouterr().err.strip().splitlines()[0]
-    assert "Referenced column \"nope\" not found" in first and "Candidate bindings" in first
+    assert 'Referenced column "nope" not found' in first and "Candidate bindings" in first
     assert "not a local output folder" in _one_line_error(capsys, ["query", str(tmp_path / "nothing"), "select 1"])
 
 
@@ -358,3 +360,29 @@ def test_stats_shows_tokens_pii_spans_and_bytes_in_pipeline_order(tmp_path, caps
         ["ingest", "removed", "binary", "4", "7.0", "kB"],
         ["ingest", "error", "missing_blob", "1", "-"],
     ]
+
+
+def test_a_second_run_into_the_same_folder_is_refused_and_a_killed_one_blocks_nothing(tmp_path, capsys):
+    """Two terminals, one --out: the second run stops in one line naming the first; once the first is killed
+    (its lock goes with its process, its _LOCK file stays), a rerun goes ahead."""
+    argv = _ingest_argv(tmp_path, "--runner", "local", "--no-progress")
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from stackcurate.core.layout import run_lock\n"
+         "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(120)", str(out)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        error = _one_line_error(capsys, argv)
+        assert re.fullmatch(
+            rf"stackcurate: error: {re.escape(str(out))} is being written by process {holder.pid} on \S+ since "
+            r"\d\d:\d\d:\d\d \(`stackcurate .*`\); wait for it to finish \(or stop it\), then rerun",
+            error,
+        ), error
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (out / "_LOCK").exists()
+    assert main(argv) == 0
+    assert "ingest: 3 in, 2 kept" in capsys.readouterr().out

@@ -8,6 +8,7 @@
     <out>/<stage>/_plan.json             the fingerprint of the config and plan the folder holds
     <out>/<stage>/_config.yaml           the stage's resolved config, as it ran
     <out>/<stage>/_SUCCESS               every shard is done and the stage complete
+    <out>/_LOCK                          held by the run writing the folder (run_lock)
 
 Each file is written under a temporary name and moved into place, and the marker is the commit point: a
 rerun skips shards that have one and redoes the others, overwriting whatever they left. So an interrupted
@@ -15,7 +16,15 @@ stage, rerun, gives the same files as an uninterrupted one, with nothing lost or
 number of workers.
 """
 
+import contextlib
+import fcntl
 import json
+import os
+import shlex
+import socket
+import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -35,6 +44,7 @@ PIPELINE = "_pipeline.json"  # in a run folder: the stages of the last `stackcur
 FUSED = "_FUSED"  # in a stage folder whose kept rows were not written: it ran fused with the next stage
 PURGED = "_PURGED"  # in a stage folder whose text `stackcurate purge` deleted (stages/pii/purge.py)
 TEMPORARY = ".tmp-"  # in the name of a file being written (io.AtomicParquetWriter, io.write_bytes_atomic)
+LOCK = "_LOCK"  # in a run folder: held by the run writing it (run_lock), and who that run is
 
 
 class StageDir:
@@ -136,3 +146,35 @@ def run_stages(out: str) -> list[str] | None:
     fs, root = io.filesystem(out)
     listed = io.join(root, PIPELINE)
     return json.loads(io.read_text(fs, listed))["stages"] if io.exists(fs, listed) else None
+
+
+@contextlib.contextmanager
+def run_lock(out: str) -> Iterator[None]:
+    """Hold `OUT/_LOCK` while a run writes `out`: a second run into the same folder (another terminal, a retried
+    job) stops in one line that names the run holding it. The lock is the kernel's (flock), so it goes with its
+    process: a run that was killed leaves a file but no lock, and the rerun takes it. Output on an object store
+    is not locked (it has no such lock)."""
+    fs, root = io.filesystem(out)
+    if "://" in out:
+        yield
+        return
+    fs.create_dir(root, recursive=True)
+    path = os.path.join(root, LOCK)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another run"
+            raise StackcurateError(
+                f"{out} is being written by {holder}; wait for it to finish (or stop it), then rerun"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        command = shlex.join(["stackcurate", *sys.argv[1:]]) if sys.argv else "stackcurate"
+        f.write(f"process {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')} (`{command}`)")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

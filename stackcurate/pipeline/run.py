@@ -4,6 +4,7 @@ Each stage still writes its own removed rows, errors, stats and markers, and onl
 kept rows (all of them with `--keep-intermediate`, a stage's with `keep: true` in its block).
 """
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -21,7 +22,7 @@ from stackcurate.core.config import dump_yaml, output_settings, to_dict
 from stackcurate.core.contract import Shard, Stage, StageContext
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.fingerprint import plan_fingerprint
-from stackcurate.core.layout import CONFIG, FUSED, PIPELINE, SHARDS, StageDir
+from stackcurate.core.layout import CONFIG, FUSED, PIPELINE, SHARDS, StageDir, run_lock
 from stackcurate.core.shards import ShardJob
 from stackcurate.pipeline.plan import (
     check_input_complete,
@@ -86,12 +87,13 @@ def run_stage(
     if spec.reads_records:
         input_uri = input_uri or default_input(out, spec.name)
     own = executor is None
-    executor = executor or opts.executor()
-    try:
-        return _run_group([(spec, cfg)], out, opts, input_uri, executor)[0]
-    finally:
-        if own:
-            executor.close()
+    with contextlib.nullcontext() if opts.dry_run else run_lock(out):
+        executor = executor or opts.executor()
+        try:
+            return _run_group([(spec, cfg)], out, opts, input_uri, executor)[0]
+        finally:
+            if own:
+                executor.close()
 
 
 def _run_group(
@@ -280,6 +282,13 @@ def run_pipeline(
     once and its workers serve every stage. `report` gets each stage's result as soon as it is committed.
     The run's resolved config is saved as `OUT/_config.yaml` (each stage's, as it ran, in its folder)."""
     check_pipeline(pipeline)
+    with contextlib.nullcontext() if opts.dry_run else run_lock(pipeline.out):
+        return _run_pipeline(pipeline, opts, report)
+
+
+def _run_pipeline(
+    pipeline: Pipeline, opts: RunOptions, report: Callable[[StageResult], None] | None
+) -> list[StageResult]:
     fs, root = io.filesystem(pipeline.out)
     if not opts.dry_run:
         fs.create_dir(root, recursive=True)
