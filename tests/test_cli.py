@@ -386,3 +386,11 @@ def test_a_second_run_into_the_same_folder_is_refused_and_a_killed_one_blocks_no
     assert (out / "_LOCK").exists()
     assert main(argv) == 0
     assert "ingest: 3 in, 2 kept" in capsys.readouterr().out
+
+
+def test_progress_bars_only_on_a_terminal(tmp_path):
+    """`stackcurate ... 2> log`: no bars in the file (their redraws ran together into lines of several KB)."""
+    argv = _ingest_argv(tmp_path, "--runner", "local")
+    done = subprocess.run([sys.executable, "-m", "stackcurate.cli", *argv], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "" and "ingest: 3 in, 2 kept" in done.stdout

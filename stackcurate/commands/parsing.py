@@ -4,6 +4,7 @@ flag, and the run options."""
 import argparse
 import dataclasses
 import difflib
+import sys
 from typing import Any, NoReturn
 
 VERBOSE = "debug logging, and print the resolved config"
@@ -133,4 +134,7 @@ def run_options(args: argparse.Namespace, base: dict[str, Any] | None = None) ->
 
     # every run option has its flag in run_flags (the same name)
     overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunOptions)}
+    if overrides["progress"] is None and "progress" not in (base or {}):
+        # Bars only on a terminal: in a log file their redraws run together into lines of several KB.
+        overrides["progress"] = sys.stderr.isatty()
     return merge_run_options(base or {}, overrides)
