@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.layout import PLAN
+from stackcurate.core.layout import PLAN, StageDir
 from stackcurate.stages import stage_order
 
 
@@ -142,3 +142,27 @@ def stage_reasons(out: str | Path) -> list[Reason]:
             counts.setdefault((stage, kind, reason), {})[unit] = int(value)
     rows = [Reason(s, k, r, c.get("docs", 0), c.get("bytes", 0)) for (s, k, r), c in counts.items()]
     return sorted(rows, key=lambda r: (order.index(r.stage), r.kind != "removed", -r.docs, r.reason))
+
+
+def stale_stages(out: str | Path) -> list[tuple[str, str]]:
+    """The stages of a run made from an output that changed since, with why: the stage whose output they read
+    was rerun after them (`stackcurate ingest --overwrite` alone), or is stale itself. In pipeline order."""
+    stale: dict[str, str] = {}
+    for stage in stage_order(str(out)):
+        done = StageDir(str(out), stage).completion()
+        source = done.get("input")
+        if not source:
+            continue
+        if source in stale:
+            stale[stage] = f"{source} is stale"
+        elif done.get("input_id") not in (None, StageDir(str(out), source).completion().get("id", done["input_id"])):
+            stale[stage] = f"{source} was rerun after it"
+    return list(stale.items())
+
+
+def stale_line(out: str | Path) -> str | None:
+    """One line naming the stale stages of a run (stale_stages), or None."""
+    if not (stale := stale_stages(out)):
+        return None
+    each = ", ".join(f"{stage} ({why})" for stage, why in stale)
+    return f"stale: {each}; rerun them (the pipeline, or each with --overwrite) before using their output"

@@ -394,3 +394,38 @@ def test_progress_bars_only_on_a_terminal(tmp_path):
     done = subprocess.run([sys.executable, "-m", "stackcurate.cli", *argv], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stderr == "" and "ingest: 3 in, 2 kept" in done.stdout
+
+
+def test_output_made_from_an_input_rerun_since_is_flagged_and_refused(tmp_path, capsys):
+    """A new user reran ingest alone with --overwrite: stats showed the old downstream rows with no warning, and
+    rerunning the next stage named an internal folder rather than what changed."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("import os\n")
+    (repo / "b.py").write_text("x = 1\n")
+    out = str(tmp_path / "out")
+    run = ["--runner", "local", "--no-progress"]
+    language = ["language", "--out", out, "--input", f"{out}/ingest", *run]
+    assert main(["ingest", "--out", out, "--repos", str(repo), *run]) == 0
+    assert main(language) == 0
+    assert main(["stats", out]) == 0
+    assert "stale" not in capsys.readouterr().out
+
+    (repo / "b.py").write_text("x = 2\n")  # the same files, another text: the same plan for language
+    assert main(["ingest", "--out", out, "--repos", str(repo), "--overwrite", *run]) == 0
+    assert main(["stats", out]) == 0
+    assert "stale: language (ingest was rerun after it)" in capsys.readouterr().out
+    assert main(["query", out, "select count(*) from language"]) == 0
+    assert "warning: stale: language (ingest was rerun after it)" in capsys.readouterr().err
+    message = _one_line_error(capsys, language)  # not reused as if it were the language of this ingest
+    assert "was made from an earlier output of its input, which was rerun since; pass --overwrite" in message
+    assert main([*language, "--overwrite"]) == 0
+    assert main(["stats", out]) == 0
+    assert "stale" not in capsys.readouterr().out
+
+    (repo / "c.py").write_text("y = 3\n")  # another input: one more row
+    assert main(["ingest", "--out", out, "--repos", str(repo), "--overwrite", *run]) == 0
+    message = _one_line_error(capsys, language)
+    assert "holds output of a different input or config (its input: 1 shards of 2 rows, now 1 of 3)" in message
+    message = _one_line_error(capsys, [*language, "--drop-vendor"])
+    assert "(drop_vendor: false -> true)" in message

@@ -81,8 +81,10 @@ def _print_relation(rel: Any, fmt: str, max_rows: int) -> None:
 
 
 def _cmd_query(args: argparse.Namespace) -> None:
-    from stackcurate.query import connect, run_query
+    from stackcurate.query import connect, run_query, stale_line
 
+    if stale := stale_line(args.out):
+        print(f"stackcurate: warning: {stale}", file=sys.stderr)
     if not args.sql:
         _, views = connect(args.out)
         print("\n".join(views))
@@ -107,7 +109,7 @@ def _cmd_report(args: argparse.Namespace) -> None:
 
 
 def _cmd_stats(args: argparse.Namespace) -> None:
-    from stackcurate.query import stage_reasons, stage_totals
+    from stackcurate.query import stage_reasons, stage_totals, stale_line
 
     rows = [["stage", "docs in", "kept", "removed", "errors", "kept %", "bytes in", "bytes out", ""]]
     for t in stage_totals(args.out):
@@ -129,6 +131,8 @@ def _cmd_stats(args: argparse.Namespace) -> None:
         rows += [[r.stage, r.kind, r.reason, f"{r.docs:,}", _size(r.bytes, r.docs if r.kind == "error" else 0)]
                  for r in reasons]  # fmt: skip
         print(_aligned(rows, right=(3, 4)))
+    if stale := stale_line(args.out):
+        print(f"\n{stale}")
 
 
 def _size(n: int, docs: int) -> str:

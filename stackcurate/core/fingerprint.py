@@ -13,11 +13,44 @@ from stackcurate.core.contract import Shard
 def plan_fingerprint(stage: str, config: dict[str, Any], shards: list[Shard], *, out: str) -> str:
     """What a stage's output depends on: its config and its plan, with every local path made portable
     (:func:`_portable`), so a run folder moved or copied elsewhere, with or without its inputs, resumes."""
+    text = json.dumps(_payload(stage, config, shards, out), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_summary(stage: str, config: dict[str, Any], shards: list[Shard], *, out: str) -> dict[str, Any]:
+    """What a plan's fingerprint is made of, in a form that says what changed (:func:`what_changed`): the
+    config, and the input's shard and row counts with a hash of its shards."""
+    payload = _payload(stage, config, shards, out)
+    inputs = hashlib.sha256(json.dumps(payload["shards"], sort_keys=True, default=str).encode()).hexdigest()
+    rows = sum(s.stop - s.start for s in shards)
+    return {"config": payload["config"], "shards": len(shards), "rows": rows, "inputs": inputs[:16]}
+
+
+def what_changed(before: dict[str, Any] | None, now: dict[str, Any]) -> str:
+    """The difference of two plan summaries in a few words: `max_share: 0.5 -> 0.6`, or what the input became."""
+    if not before:
+        return "its input or config"
+    old, new = before.get("config") or {}, now.get("config") or {}
+    changed = [f"{key}: {_short(old.get(key))} -> {_short(new.get(key))}" for key in sorted({*old, *new})
+               if old.get(key) != new.get(key)]  # fmt: skip
+    if changed:
+        more = f" and {len(changed) - 3} more settings" if len(changed) > 3 else ""
+        return "; ".join(changed[:3]) + more
+    if before.get("inputs") != now.get("inputs"):
+        return (f"its input: {before.get('shards', 0):,} shards of {before.get('rows', 0):,} rows, now "
+                f"{now['shards']:,} of {now['rows']:,}")  # fmt: skip
+    return "its plan"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _payload(stage: str, config: dict[str, Any], shards: list[Shard], out: str) -> dict[str, Any]:
     _, root = io.filesystem(out)
     plan = [{k: v for k, v in asdict(s).items() if k != "weight"} for s in shards]
-    payload = {"stage": stage, "config": config, "shards": plan}
-    text = json.dumps(_portable(payload, root + "/", {}), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return _portable({"stage": stage, "config": config, "shards": plan}, root + "/", {})
 
 
 _HASHED_BYTES = 1 << 20  # of a file's head and of its tail: input Parquet files can be many GB

@@ -24,6 +24,7 @@ import shlex
 import socket
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,7 @@ from stackcurate.core import io
 from stackcurate.core.contract import SHARD_DIGITS, Shard
 from stackcurate.core.counters import UNITS
 from stackcurate.core.errors import StackcurateError
+from stackcurate.core.fingerprint import what_changed
 from stackcurate.core.schema import STATS_SCHEMA
 
 SUCCESS = "_SUCCESS"  # a stage folder whose every shard is done
@@ -55,6 +57,7 @@ class StageDir:
         self.stage = stage
         self.s3 = s3
         self.fs, self.root = io.filesystem(self.uri, s3)
+        self._previous: dict[str, Any] = {}  # the completion of the output start_run found (see mark_complete)
 
     def path(self, kind: str, shard: Shard | int, suffix: str = ".parquet") -> str:
         name = shard.name if isinstance(shard, Shard) else f"{shard:0{SHARD_DIGITS}d}"
@@ -91,26 +94,55 @@ class StageDir:
         plan = self._plan()
         return None if plan is None else plan.get("request")
 
-    def start_run(self, fingerprint: str, *, overwrite: bool, request: str | None = None) -> set[int]:
+    def completion(self) -> dict[str, Any]:
+        """What `_SUCCESS` says of the finished output: its `id` (new each time shards ran), and the `input`
+        stage and that input's id it was made from. Empty when the stage is not complete (or was completed by
+        a version that wrote an empty marker)."""
+        if not io.exists(self.fs, self.success_path):
+            return {}
+        text = io.read_text(self.fs, self.success_path).strip()
+        return json.loads(text) if text else {}
+
+    def start_run(
+        self,
+        fingerprint: str,
+        *,
+        overwrite: bool,
+        request: str | None = None,
+        summary: dict[str, Any] | None = None,
+        input_id: str | None = None,
+    ) -> set[int]:
         """Create the folder for a run with this plan; return the shards already finished by an earlier run.
 
         `request` fingerprints what the stage was asked for before its global work filled in what it computes
         (dedup's clusters, the tokenizer it trains): a dry run, which prepares nothing, compares it to tell a
-        finished output that a run would reuse."""
+        finished output that a run would reuse. `summary` (fingerprint.plan_summary) lets a refusal say what
+        changed. `input_id` is the completion id of the stage folder the shards read: output made from an
+        earlier output of that stage (rerun since) is refused, even where the plan is the same."""
         plan_path = self.plan_path
+        self._previous = self.completion()
         if io.exists(self.fs, self.root):
-            previous = self.fingerprint()
-            if overwrite or previous is None:
+            before = self._plan()
+            if overwrite or before is None:
                 self.fs.delete_dir(self.root)
-            elif previous != fingerprint:
+                self._previous = {}
+            elif before["fingerprint"] != fingerprint:
+                what = what_changed(before.get("summary"), summary or {})
                 raise StackcurateError(
-                    f"{self.uri} holds output of a different input or config; pass --overwrite to replace it "
+                    f"{self.uri} holds output of a different input or config ({what}); pass --overwrite to replace it "
                     "or choose another --out"
+                )
+            elif input_id is not None and before.get("input_id") not in (None, input_id):
+                raise StackcurateError(
+                    f"{self.uri} was made from an earlier output of its input, which was rerun since; pass "
+                    "--overwrite to replace it or choose another --out"
                 )
         for sub in ("", "removed", "errors", "stats", SHARDS):
             self.fs.create_dir(io.join(self.root, sub) if sub else self.root, recursive=True)
         self._remove_temporaries()
         plan = {"fingerprint": fingerprint, **({"request": request} if request is not None else {})}
+        plan |= {"summary": summary} if summary is not None else {}
+        plan |= {"input_id": input_id} if input_id is not None else {}
         if self._plan() != plan:
             io.write_bytes_atomic(self.fs, plan_path, json.dumps(plan).encode())
         if io.exists(self.fs, self.success_path):
@@ -132,13 +164,20 @@ class StageDir:
         sink.write(pa.Table.from_pylist(rows, schema=STATS_SCHEMA))
         sink.commit()
 
-    def mark_complete(self, config_yaml: str) -> None:
-        """Mark the stage complete; the temporary files of attempts that died with their worker go."""
+    def mark_complete(
+        self, config_yaml: str, *, ran: bool = True, input_name: str | None = None, input_id: str | None = None
+    ) -> None:
+        """Mark the stage complete; the temporary files of attempts that died with their worker go. `_SUCCESS`
+        says which output this is (a new id where shards ran, else the id it had) and, when it read another
+        stage's output, which one (`input_name`, `input_id`): query.stale_stages compares them."""
+        previous = self._previous or self.completion()
+        done = {"id": previous["id"] if not ran and previous.get("id") else uuid.uuid4().hex[:12]}
+        done |= {"input": input_name, "input_id": input_id} if input_name and input_id else {}
         for path in io.expand(self.fs, self.root):
             if TEMPORARY in path.rsplit("/", 1)[-1]:
                 self.fs.delete_file(path)
         io.write_bytes_atomic(self.fs, io.join(self.root, CONFIG), config_yaml.encode())
-        io.write_bytes_atomic(self.fs, self.success_path, b"")
+        io.write_bytes_atomic(self.fs, self.success_path, json.dumps(done).encode())
 
 
 def run_stages(out: str) -> list[str] | None:

@@ -115,15 +115,24 @@ def group_fingerprints(
 ) -> list[str]:
     """The plan fingerprint of each stage of a group run with `cfgs`: the configs as prepared give what the
     output depends on; as given (before preparation), what was asked for (the request a dry run compares)."""
-    fingerprints = []
-    for i, ((spec, _), cfg) in enumerate(zip(members, cfgs, strict=True)):
+    settings = group_settings(members, cfgs, keep)
+    return [plan_fingerprint(spec.name, s, shards, out=out) for (spec, _), s in zip(members, settings, strict=True)]
+
+
+def group_settings(
+    members: list[tuple[type[Stage], Any]], cfgs: list[Any], keep: tuple[bool, ...]
+) -> list[dict[str, Any]]:
+    """What each stage's output depends on besides its input: its settings, and in a fused group those of every
+    stage before it and whether it writes its kept rows."""
+    found = []
+    for i, cfg in enumerate(cfgs):
         settings: dict[str, Any] = output_settings(cfg)
         if i:  # a fused stage's output also depends on every stage before it in the group
             before = zip(members[:i], cfgs[:i], strict=True)
             settings = {**settings, "fused_after": [[s.name, output_settings(c)] for (s, _), c in before]}
             settings["kept_rows"] = keep[i]
-        fingerprints.append(plan_fingerprint(spec.name, settings, shards, out=out))
-    return fingerprints
+        found.append(settings)
+    return found
 
 
 def group_status(dirs: list[StageDir], requests: list[str], shards: list[Shard], opts: RunOptions) -> str:

@@ -21,7 +21,7 @@ from stackcurate.core import io
 from stackcurate.core.config import dump_yaml, output_settings, to_dict
 from stackcurate.core.contract import Shard, Stage, StageContext
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.fingerprint import plan_fingerprint
+from stackcurate.core.fingerprint import plan_fingerprint, plan_summary
 from stackcurate.core.layout import CONFIG, FUSED, PIPELINE, SHARDS, StageDir, run_lock
 from stackcurate.core.shards import ShardJob
 from stackcurate.pipeline.plan import (
@@ -30,6 +30,7 @@ from stackcurate.pipeline.plan import (
     default_input,
     group_fingerprints,
     group_input,
+    group_settings,
     group_status,
     kept_rows,
     plan_groups,
@@ -135,8 +136,17 @@ def _run_group(
         cfgs.append(spec.before_shards(cfg, ctx))
     done: set[int] | None = None
     fingerprints = group_fingerprints(members, cfgs, keep, shards, out)
-    for stage_dir, fingerprint, request in zip(dirs, fingerprints, requests, strict=True):
-        finished = stage_dir.start_run(fingerprint, overwrite=opts.overwrite, request=request)
+    settings = group_settings(members, cfgs, keep)
+    # The output the group reads, as it is now (a stage's folder: its completion id); its other stages read
+    # what the group's stage before them makes in this run.
+    source_dir = _stage_folder(input_uri)
+    source_id = source_dir.completion().get("id") if source_dir is not None else None
+    for i, (stage_dir, fingerprint, request) in enumerate(zip(dirs, fingerprints, requests, strict=True)):
+        summary = plan_summary(members[i][0].name, settings[i], shards, out=out)
+        finished = stage_dir.start_run(
+            fingerprint, overwrite=opts.overwrite, request=request, summary=summary,
+            input_id=source_id if i == 0 else None,
+        )  # fmt: skip
         done = finished if done is None else done & finished
     assert done is not None
     pending = [s for s in shards if s.index not in done]
@@ -160,7 +170,15 @@ def _run_group(
                 stage_dir.fs.delete_file(fused)
         else:
             io.write_bytes_atomic(stage_dir.fs, fused, members[i + 1][0].name.encode())
-        stage_dir.mark_complete(dump_yaml({"stage": spec.name, "input": read_from, "config": to_dict(cfg)}))
+        input_name, input_id = (
+            (source_dir.stage, source_id) if i == 0 and source_dir is not None
+            else (dirs[i - 1].stage, dirs[i - 1].completion().get("id")) if i
+            else (None, None)
+        )  # fmt: skip
+        stage_dir.mark_complete(
+            dump_yaml({"stage": spec.name, "input": read_from, "config": to_dict(cfg)}),
+            ran=bool(pending), input_name=input_name, input_id=input_id,
+        )  # fmt: skip
         result = StageResult(spec.name, len(shards), len(pending), seconds=time.perf_counter() - started)
         result.fused_after = members[i - 1][0].name if i else None
         for marker in io.expand(stage_dir.fs, io.join(stage_dir.root, SHARDS), suffix=".json"):
@@ -218,6 +236,15 @@ def _run_pass(
     _run_pending(executor, job, shards, pending)
     stage_dir.mark_complete(dump_yaml({"stage": name, "input": input_uri, "config": settings}))
     return stage_dir.uri
+
+
+def _stage_folder(uri: str | None) -> StageDir | None:
+    """The stage folder at `uri` (an earlier stage's output: it has a plan), or None (`--input` elsewhere)."""
+    if uri is None:
+        return None
+    out, _, name = uri.rstrip("/").rpartition("/")
+    folder = StageDir(out, name) if out else None
+    return folder if folder is not None and io.exists(folder.fs, folder.plan_path) else None
 
 
 @dataclass(frozen=True)

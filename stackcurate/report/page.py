@@ -92,6 +92,10 @@ def page(summary: dict[str, Any]) -> str:
     funnel = summary["funnel"]
     parts = [f"<h1>stackcurate run report</h1><p>{html.escape(summary['run']['out'])} · written "
              f"{summary['run']['written']} · run {', '.join(summary['run']['run_ids'])}</p>"]  # fmt: skip
+    if stale := summary["run"].get("stale"):
+        each = ", ".join(f"{s['stage']} ({s['why']})" for s in stale)
+        parts.append(f"<p><strong>Stale</strong>: {html.escape(each)}: made from an output rerun since; the "
+                     "numbers below mix runs until they are rerun.</p>")  # fmt: skip
     kept = [(f["stage"], f["docs_out"]) for f in funnel]
     mb = [(f["stage"], f["bytes_out"] / 1e6) for f in funnel]
     table = _table(funnel, ["stage", *COUNTS, "seconds"])

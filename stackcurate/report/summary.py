@@ -14,7 +14,7 @@ import yaml
 from stackcurate.core.counters import LARGEST
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.layout import CONFIG, FUSED
-from stackcurate.query import connect
+from stackcurate.query import connect, stale_stages
 from stackcurate.stages import stage_order
 
 REPORT_DIR = "report"
@@ -115,6 +115,7 @@ def summarize(out: str | Path) -> dict[str, Any]:
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "versions": _versions(),
             "python": platform.python_version(),
+            "stale": [{"stage": stage, "why": why} for stage, why in stale_stages(out)],
         },  # fmt: skip
         "stages": stages,
         "funnel": funnel,
