@@ -197,6 +197,7 @@ def run_lock(out: str) -> Iterator[None]:
     if "://" in out:
         yield
         return
+    created = not os.path.isdir(root)  # a run that stops before it writes leaves no folder behind
     fs.create_dir(root, recursive=True)
     path = os.path.join(root, LOCK)
     with open(path, "a+") as f:
@@ -216,4 +217,7 @@ def run_lock(out: str) -> Iterator[None]:
         try:
             yield
         finally:
+            if created and os.listdir(root) == [LOCK]:
+                os.remove(path)
+                os.rmdir(root)
             fcntl.flock(f, fcntl.LOCK_UN)
