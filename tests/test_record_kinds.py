@@ -17,7 +17,7 @@ from stackcurate.query import connect
 ROOT = Path(__file__).resolve().parents[1]
 
 # An outside source of issue threads: one JSON line an issue, its thread rendered as the record's text.
-ISSUES_SOURCE = '''
+ISSUES_SOURCE = """
 import json
 from dataclasses import dataclass
 
@@ -55,7 +55,7 @@ class IssueThreads(Source):
                       issue_number=issue["number"])
         if batch.rows:
             yield batch.flush()
-'''
+"""
 LONG_LINE = "x" * 1500  # over StarCoder2's max_line_length: a file with it is removed, an issue is not judged
 
 

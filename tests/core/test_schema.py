@@ -40,4 +40,3 @@ def test_put_column_replaces_in_place_or_appends():
 )
 def test_extension_of_is_what_follows_the_last_dot_of_the_name(path, extension):
     assert extension_of(path) == extension
-
