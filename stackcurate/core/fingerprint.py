@@ -13,17 +13,22 @@ from stackcurate.core.contract import Shard
 def plan_fingerprint(stage: str, config: dict[str, Any], shards: list[Shard], *, out: str) -> str:
     """What a stage's output depends on: its config and its plan, with every local path made portable
     (:func:`_portable`), so a run folder moved or copied elsewhere, with or without its inputs, resumes."""
-    text = json.dumps(_payload(stage, config, shards, out), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return described_plan(stage, config, shards, out=out)[0]
 
 
-def plan_summary(stage: str, config: dict[str, Any], shards: list[Shard], *, out: str) -> dict[str, Any]:
-    """What a plan's fingerprint is made of, in a form that says what changed (:func:`what_changed`): the
-    config, and the input's shard and row counts with a hash of its shards."""
-    payload = _payload(stage, config, shards, out)
+def described_plan(
+    stage: str, config: dict[str, Any], shards: list[Shard], *, out: str, memo: dict[str, str] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The plan's fingerprint (:func:`plan_fingerprint`) and what it is made of, in a form that says what changed
+    (:func:`what_changed`): the config, and the input's shard and row counts with a hash of its shards. `memo`
+    keeps the portable form of each path for the next plans over the same shards (a fused group's stages)."""
+    _, root = io.filesystem(out)
+    plan = [{k: v for k, v in asdict(s).items() if k != "weight"} for s in shards]
+    payload = _portable({"stage": stage, "config": config, "shards": plan}, root + "/", {} if memo is None else memo)
+    fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
     inputs = hashlib.sha256(json.dumps(payload["shards"], sort_keys=True, default=str).encode()).hexdigest()
     rows = sum(s.stop - s.start for s in shards)
-    return {"config": payload["config"], "shards": len(shards), "rows": rows, "inputs": inputs[:16]}
+    return fingerprint, {"config": payload["config"], "shards": len(shards), "rows": rows, "inputs": inputs[:16]}
 
 
 def what_changed(before: dict[str, Any] | None, now: dict[str, Any]) -> str:
@@ -45,12 +50,6 @@ def what_changed(before: dict[str, Any] | None, now: dict[str, Any]) -> str:
 def _short(value: Any) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _payload(stage: str, config: dict[str, Any], shards: list[Shard], out: str) -> dict[str, Any]:
-    _, root = io.filesystem(out)
-    plan = [{k: v for k, v in asdict(s).items() if k != "weight"} for s in shards]
-    return _portable({"stage": stage, "config": config, "shards": plan}, root + "/", {})
 
 
 _HASHED_BYTES = 1 << 20  # of a file's head and of its tail: input Parquet files can be many GB

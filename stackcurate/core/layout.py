@@ -116,7 +116,7 @@ class StageDir:
 
         `request` fingerprints what the stage was asked for before its global work filled in what it computes
         (dedup's clusters, the tokenizer it trains): a dry run, which prepares nothing, compares it to tell a
-        finished output that a run would reuse. `summary` (fingerprint.plan_summary) lets a refusal say what
+        finished output that a run would reuse. `summary` (fingerprint.described_plan) lets a refusal say what
         changed. `input_id` is the completion id of the stage folder the shards read: output made from an
         earlier output of that stage (rerun since) is refused, even where the plan is the same."""
         plan_path = self.plan_path
@@ -166,18 +166,19 @@ class StageDir:
 
     def mark_complete(
         self, config_yaml: str, *, ran: bool = True, input_name: str | None = None, input_id: str | None = None
-    ) -> None:
+    ) -> str:
         """Mark the stage complete; the temporary files of attempts that died with their worker go. `_SUCCESS`
-        says which output this is (a new id where shards ran, else the id it had) and, when it read another
-        stage's output, which one (`input_name`, `input_id`): query.stale_stages compares them."""
-        previous = self._previous or self.completion()
-        done = {"id": previous["id"] if not ran and previous.get("id") else uuid.uuid4().hex[:12]}
+        says which output this is (a new id where shards ran, else the id start_run found) and, when it read
+        another stage's output, which one (`input_name`, `input_id`): query.stale_stages compares them. Returns
+        the id."""
+        done = {"id": self._previous["id"] if not ran and "id" in self._previous else uuid.uuid4().hex[:12]}
         done |= {"input": input_name, "input_id": input_id} if input_name and input_id else {}
         for path in io.expand(self.fs, self.root):
             if TEMPORARY in path.rsplit("/", 1)[-1]:
                 self.fs.delete_file(path)
         io.write_bytes_atomic(self.fs, io.join(self.root, CONFIG), config_yaml.encode())
         io.write_bytes_atomic(self.fs, self.success_path, json.dumps(done).encode())
+        return done["id"]
 
 
 def run_stages(out: str) -> list[str] | None:

@@ -14,7 +14,7 @@ from stackcurate.core import io
 from stackcurate.core.config import output_settings
 from stackcurate.core.contract import Shard, Stage
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.fingerprint import plan_fingerprint
+from stackcurate.core.fingerprint import described_plan
 from stackcurate.core.layout import FUSED, PLAN, PURGED, SUCCESS, StageDir, run_stages
 from stackcurate.core.records import check_columns
 from stackcurate.pipeline.spec import Pipeline, RunOptions
@@ -110,29 +110,23 @@ def kept_rows(
     )
 
 
-def group_fingerprints(
+def group_plans(
     members: list[tuple[type[Stage], Any]], cfgs: list[Any], keep: tuple[bool, ...], shards: list[Shard], out: str
-) -> list[str]:
-    """The plan fingerprint of each stage of a group run with `cfgs`: the configs as prepared give what the
-    output depends on; as given (before preparation), what was asked for (the request a dry run compares)."""
-    settings = group_settings(members, cfgs, keep)
-    return [plan_fingerprint(spec.name, s, shards, out=out) for (spec, _), s in zip(members, settings, strict=True)]
-
-
-def group_settings(
-    members: list[tuple[type[Stage], Any]], cfgs: list[Any], keep: tuple[bool, ...]
-) -> list[dict[str, Any]]:
-    """What each stage's output depends on besides its input: its settings, and in a fused group those of every
-    stage before it and whether it writes its kept rows."""
-    found = []
-    for i, cfg in enumerate(cfgs):
+) -> list[tuple[str, dict[str, Any]]]:
+    """The plan fingerprint of each stage of a group run with `cfgs`, with its summary (fingerprint.described_plan):
+    the configs as prepared give what the output depends on; as given (before preparation), what was asked for
+    (the request a dry run compares). A fused stage's output also depends on every stage before it in the group,
+    and on whether it writes its kept rows."""
+    memo: dict[str, str] = {}  # the stages share their shards: each input file is hashed once
+    plans = []
+    for i, ((spec, _), cfg) in enumerate(zip(members, cfgs, strict=True)):
         settings: dict[str, Any] = output_settings(cfg)
-        if i:  # a fused stage's output also depends on every stage before it in the group
+        if i:
             before = zip(members[:i], cfgs[:i], strict=True)
             settings = {**settings, "fused_after": [[s.name, output_settings(c)] for (s, _), c in before]}
             settings["kept_rows"] = keep[i]
-        found.append(settings)
-    return found
+        plans.append(described_plan(spec.name, settings, shards, out=out, memo=memo))
+    return plans
 
 
 def group_status(dirs: list[StageDir], requests: list[str], shards: list[Shard], opts: RunOptions) -> str:
@@ -171,9 +165,10 @@ def dry_run(pipeline: Pipeline, opts: RunOptions) -> list[str]:
         else:
             first, first_cfg = group[0]
             shards = first.plan(first_cfg, input_uri)
-            requests = group_fingerprints(
+            plans = group_plans(
                 group, [c for _, c in group], kept_rows(group, opts, pipeline.keep), shards, pipeline.out
             )
+            requests = [fingerprint for fingerprint, _ in plans]
             status = group_status(dirs, requests, shards, opts)
         lines.append(f"{names}: {status}")
         previous = group[-1][0].name

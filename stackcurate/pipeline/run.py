@@ -21,16 +21,15 @@ from stackcurate.core import io
 from stackcurate.core.config import dump_yaml, output_settings, to_dict
 from stackcurate.core.contract import Shard, Stage, StageContext
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.fingerprint import plan_fingerprint, plan_summary
+from stackcurate.core.fingerprint import plan_fingerprint
 from stackcurate.core.layout import CONFIG, FUSED, PIPELINE, SHARDS, StageDir, run_lock
 from stackcurate.core.shards import ShardJob
 from stackcurate.pipeline.plan import (
     check_input_complete,
     check_pipeline,
     default_input,
-    group_fingerprints,
     group_input,
-    group_settings,
+    group_plans,
     group_status,
     kept_rows,
     plan_groups,
@@ -115,7 +114,7 @@ def _run_group(
     shards = first.plan(first_cfg, input_uri)
     dirs = [StageDir(out, spec.name) for spec, _ in members]
     keep = kept_rows(members, opts, keep_stages)
-    requests = group_fingerprints(members, [cfg for _, cfg in members], keep, shards, out)
+    requests = [fingerprint for fingerprint, _ in group_plans(members, [cfg for _, cfg in members], keep, shards, out)]
     if opts.dry_run:
         kinds: dict[str, int] = {}
         for s in shards:
@@ -135,14 +134,12 @@ def _run_group(
     for spec, cfg in members:
         cfgs.append(spec.before_shards(cfg, ctx))
     done: set[int] | None = None
-    fingerprints = group_fingerprints(members, cfgs, keep, shards, out)
-    settings = group_settings(members, cfgs, keep)
+    plans = group_plans(members, cfgs, keep, shards, out)
     # The output the group reads, as it is now (a stage's folder: its completion id); its other stages read
     # what the group's stage before them makes in this run.
     source_dir = _stage_folder(input_uri)
     source_id = source_dir.completion().get("id") if source_dir is not None else None
-    for i, (stage_dir, fingerprint, request) in enumerate(zip(dirs, fingerprints, requests, strict=True)):
-        summary = plan_summary(members[i][0].name, settings[i], shards, out=out)
+    for i, (stage_dir, (fingerprint, summary), request) in enumerate(zip(dirs, plans, requests, strict=True)):
         finished = stage_dir.start_run(
             fingerprint, overwrite=opts.overwrite, request=request, summary=summary,
             input_id=source_id if i == 0 else None,
@@ -161,6 +158,7 @@ def _run_group(
     gpus = max(spec.resources(cfg).get("num_gpus", 0.0) for (spec, _), cfg in zip(members, cfgs, strict=True))
     _run_pending(executor, job, shards, pending, gpus)
     results = []
+    input_name, input_id = (source_dir.stage, source_id) if source_dir is not None else (None, None)
     for i, ((spec, _), cfg, stage_dir) in enumerate(zip(members, cfgs, dirs, strict=True)):
         spec.after_shards(cfg, ctx)
         read_from = input_uri if i == 0 else dirs[i - 1].uri
@@ -170,15 +168,11 @@ def _run_group(
                 stage_dir.fs.delete_file(fused)
         else:
             io.write_bytes_atomic(stage_dir.fs, fused, members[i + 1][0].name.encode())
-        input_name, input_id = (
-            (source_dir.stage, source_id) if i == 0 and source_dir is not None
-            else (dirs[i - 1].stage, dirs[i - 1].completion().get("id")) if i
-            else (None, None)
-        )  # fmt: skip
-        stage_dir.mark_complete(
+        completed = stage_dir.mark_complete(
             dump_yaml({"stage": spec.name, "input": read_from, "config": to_dict(cfg)}),
             ran=bool(pending), input_name=input_name, input_id=input_id,
         )  # fmt: skip
+        input_name, input_id = stage_dir.stage, completed  # what the group's next stage read
         result = StageResult(spec.name, len(shards), len(pending), seconds=time.perf_counter() - started)
         result.fused_after = members[i - 1][0].name if i else None
         for marker in io.expand(stage_dir.fs, io.join(stage_dir.root, SHARDS), suffix=".json"):
