@@ -91,10 +91,10 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
             return value.lower() in {"true", "yes", "1"}
         raise StackcurateError(f"config key '{name}' must be true or false, got {value!r}")
     if inner in (int, float, str):
-        number = value
-        if inner is int and isinstance(value, str) and value.replace("_", "").replace(".", "").isdigit():
-            number = float(value)  # "1_000", "2000.0"
         try:
+            number = value
+            if inner is int and isinstance(value, str) and value.replace("_", "").replace(".", "").isdigit():
+                number = float(value)  # "1_000", "2000.0" ("1.2.3" is no number: a one-line error)
             if inner is int and isinstance(number, float) and not number.is_integer():
                 raise ValueError(number)  # 2.5 is not an int: never cut it down to 2
             return inner(number)
