@@ -59,6 +59,9 @@ class Source(ABC):
     kinds: ClassVar[tuple[str, ...]] = (FILE_KIND,)
     columns: ClassVar[tuple[pa.Field, ...]] = ()
     error_reasons: ClassVar[frozenset[str]] = frozenset()
+    # Whether its `read` already leaves out the files `only_names` does not name (The Stack v2's does, before
+    # fetching them); ingest filters the rows of the others.
+    reads_only_names: ClassVar[bool] = False
     option: ClassVar[str | None] = None
     config: ClassVar[type | None] = None
 

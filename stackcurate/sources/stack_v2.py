@@ -19,12 +19,10 @@ from stackcurate.core import io
 from stackcurate.core.contract import Shard
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.planning import plan_parquet
+from stackcurate.core.schema import FILE_SCHEMA
 from stackcurate.sources import fetch
 from stackcurate.sources.base import RAW_SCHEMA, Limits, Source, doc_id, expand_inputs, name_matcher
 
-_METADATA_COLUMNS = [
-    f.name for f in RAW_SCHEMA if f.name not in {"doc_id", "source", "origin", "data", "reason", "detail", "swhid"}
-]
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
@@ -48,6 +46,7 @@ class StackV2(Source):
     name = "stack_v2"
     error_reasons = frozenset({"missing_blob", "fetch_failed", "corrupt_gzip", "decompression_bomb", "bad_metadata"})
     option = "metadata"
+    reads_only_names = True
 
     def plan(self, upstream: str | None) -> list[Shard]:
         cfg = self.ingest
@@ -102,7 +101,10 @@ class StackV2(Source):
 
 
 _REQUIRED_COLUMNS = ("blob_id", "path")
-_METADATA_TYPES = {f.name: f.type for f in RAW_SCHEMA if f.name in _METADATA_COLUMNS}
+# The columns of a file record that The Stack v2's metadata may give (the others ingest sets itself).
+_METADATA_TYPES = {
+    f.name: f.type for f in FILE_SCHEMA if f.name not in {"doc_id", "source", "origin", "swhid", "content"}
+}
 
 
 def _is_text(t: pa.DataType) -> bool:

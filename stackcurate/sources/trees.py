@@ -39,12 +39,6 @@ def plan_bundles(source: Source, takes: Callable[[str], bool]) -> list[Shard]:
     return shards
 
 
-def raise_if_transient(exc: BaseException, uri: str) -> None:
-    """A bundle whose store failed transiently is not corrupt: leave the shard for a rerun (run_shard)."""
-    if (cause := io.transient_cause(exc)) is not None:
-        raise io.StoreUnavailable(f"{uri} could not be read: {cause} ({io.short_error(exc)})") from exc
-
-
 def swhid_from_name(uri: str, kind: str) -> str | None:
     m = re.search(rf"swh[:_]1[:_]{kind}[:_]([0-9a-f]{{40}})", uri.rsplit("/", 1)[-1])
     return f"swh:1:{kind}:{m.group(1)}" if m else None

@@ -10,7 +10,7 @@ import pyarrow as pa
 from stackcurate.core import io
 from stackcurate.core.contract import Shard
 from stackcurate.sources.base import RawBatch, Source, depth
-from stackcurate.sources.trees import member_problem, plan_bundles, raise_if_transient, swhid_from_name
+from stackcurate.sources.trees import member_problem, plan_bundles, swhid_from_name
 
 
 class VaultFlat(Source):
@@ -62,7 +62,8 @@ class VaultFlat(Source):
                     if batch.full():
                         yield batch.flush()
         except (tarfile.TarError, EOFError, OSError) as exc:  # a broken gzip stream is a tarfile.ReadError
-            raise_if_transient(exc, shard.path)
+            if io.transient_cause(exc) is not None:
+                raise  # the store, not the bundle: the shard runner leaves the shard for a rerun
             batch.add("", reason="corrupt_bundle", detail=f"{type(exc).__name__}: {exc}")
         if batch.rows:
             yield batch.flush()

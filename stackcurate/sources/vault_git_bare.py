@@ -17,7 +17,6 @@ from stackcurate.sources.trees import (
     GIT_TREE_ERRORS,
     member_problem,
     plan_bundles,
-    raise_if_transient,
     read_git_tree,
     swhid_from_name,
 )
@@ -66,7 +65,8 @@ class VaultGitBare(Source):
                         if top.endswith(".git") and git_dir is None:
                             git_dir = os.path.join(workdir, top)
             except (tarfile.TarError, EOFError, OSError) as exc:
-                raise_if_transient(exc, shard.path)
+                if io.transient_cause(exc) is not None:
+                    raise  # the store, not the bundle: the shard runner leaves the shard for a rerun
                 batch.add("", reason="corrupt_bundle", detail=f"{type(exc).__name__}: {exc}")
                 git_dir = None
             if git_dir is None:

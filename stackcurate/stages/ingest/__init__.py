@@ -31,7 +31,7 @@ Example:
     stackcurate ingest --bundles 'vault/*.tar*' --repos ~/src/myproject --out work/run
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -49,7 +49,14 @@ from stackcurate.stages.ingest.content import decode, git_blob_hex, is_placehold
 
 # Bad input found by ingest itself, whatever the source (the sources declare their own: ERROR_REASONS).
 OWN_ERROR_REASONS = frozenset({"hash_mismatch", "undecodable", "unreadable_input"})
-ERROR_REASONS = OWN_ERROR_REASONS.union(*(source.error_reasons for source in sources.BUILT_IN))
+
+
+def _error_reasons(found: Iterable[Source] | Iterable[type[Source]]) -> frozenset[str]:
+    """The reasons that are bad input (`errors/`): ingest's own and those its sources declare."""
+    return OWN_ERROR_REASONS.union(*(source.error_reasons for source in found))
+
+
+ERROR_REASONS = _error_reasons(sources.BUILT_IN)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,15 +204,16 @@ class IngestStage(Stage):
 
     @classmethod
     def plan(cls, cfg: IngestConfig, input_uri: str | None) -> list[Shard]:
-        """Metadata row ranges, then bundles, then repositories; `input_uri` is a graph stage's metadata."""
+        """The shards of every source in order (see `plan`); `input_uri` is a graph stage's metadata."""
         return plan(cfg, input_uri)
 
     def __init__(self, cfg: IngestConfig) -> None:
         super().__init__(cfg)
         built = sources.build(cfg)
         self.sources: dict[str, Source] = {source.name: source for source in built}
-        self.error_reasons = OWN_ERROR_REASONS.union(*(source.error_reasons for source in built))
+        self.error_reasons = _error_reasons(built)
         self.schema = record_schema(built)
+        self.wanted = name_matcher(cfg.only_names)
 
     def output_schema(self, shard: Shard) -> pa.Schema:
         return self.schema
@@ -218,9 +226,7 @@ class IngestStage(Stage):
         if source is None:
             raise ValueError(f"no ingest source reads shards of kind {shard.kind!r}")
         tables = source.read(shard)
-        # A source may leave out the files not wanted itself (The Stack v2 does, before fetching them).
-        wanted = name_matcher(self.cfg.only_names)
-        return tables if wanted is None else _only(tables, wanted)
+        return tables if self.wanted is None or source.reads_only_names else _only(tables, self.wanted)
 
     def __call__(self, table: pa.Table) -> StageOutput:
         kept, removed, errors = [], [], []
