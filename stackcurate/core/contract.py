@@ -119,7 +119,8 @@ class Stage:
       given none of its own (ingest after graph);
     - `needs` (and `needs_one_of`): input columns it reads, checked when a pipeline is planned;
     - `kinds`: the kinds of record it applies to (None: every kind); rows of other kinds pass through it
-      untouched (core/kinds.py).
+      untouched (core/kinds.py). After format, `kind` is a document's kind (`repository`, `notebook`, ...):
+      a stage there takes every kind (None), as tokenize does.
 
     and overrides the class methods it needs: `plan` (its shards; records stages get one per input Parquet file),
     `before_shards` (global work before the shards; returns the config they run with), `after_shards` (global

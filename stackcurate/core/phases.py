@@ -54,8 +54,8 @@ class Phases:
         name: The folder, under the run's output (`dedup_clusters`), or the stage's own folder when `own` is set
             (tokenize: its phases run after its shards, in `<out>/tokenize/_work`).
         settings: What the result depends on besides the input shards (the stage's plan; plain values).
-        own: The folder is the stage's own output folder, already prepared by the pipeline: no fingerprint of
-            its own, and never reused as a whole.
+        own: The folder is the stage's own output folder, already started by the pipeline (StageDir.start_run):
+            no fingerprint of its own, and never reused as a whole.
     """
 
     def __init__(self, ctx: StageContext, name: str, settings: dict[str, Any], *, own: bool = False) -> None:

@@ -82,7 +82,7 @@ def run_stage(
     input_uri: str | None = None,
     executor: Executor | None = None,
 ) -> StageResult:
-    """Plan, prepare the output folder, run the pending shards and commit one stage."""
+    """Plan one stage, start its output folder (StageDir.start_run), run the pending shards and commit it."""
     spec(cfg)  # check the config and its files here, as one-line errors, before any worker starts
     if spec.reads_records:
         input_uri = input_uri or default_input(out, spec.name)
@@ -105,8 +105,8 @@ def _run_group(
     keep_stages: frozenset[str] = frozenset(),
 ) -> list[StageResult]:
     """Run consecutive stages as one pass per shard (one stage alone is a group of one): plan the first stage's
-    shards, prepare every stage (its global work, e.g. dedup's clustering), run the shards no stage has
-    finished, and commit each stage."""
+    shards, run every stage's `before_shards` (its global work, e.g. dedup's clustering), run the shards no
+    stage has finished, and commit each stage."""
     if input_uri is not None:
         check_input_complete(input_uri, members[0][0].name)
     started = time.perf_counter()

@@ -32,7 +32,8 @@ def _scancode() -> tuple:
     # Loading unpickles a great many objects, and the collector runs over them as they are made: with it off
     # the load is faster. The unpickler also holds extra memory while it runs: the processes of a machine load
     # one at a time, so two workers starting together never hold that twice. The index lives as long as the
-    # process: frozen, the collector's full passes skip it. (`benchmarks/license_detection.py` times the load.)
+    # process: frozen, the collector's full passes skip it.
+    # (Measured: `benchmarks/results/HISTORY.md`, "Second pass on 2026-11-26".)
     with io.machine_lock(Path(tempfile.gettempdir()) / "stackcurate-scancode-load.lock", optional=True):
         collecting = gc.isenabled()
         gc.disable()
@@ -48,8 +49,9 @@ def _scancode() -> tuple:
 def _expressions(text: str, deadline: int) -> list[str | None]:
     """The license expressions of ScanCode's `detect_licenses(query_string=text, deadline=deadline)`, one per
     detection, computed with ScanCode's own steps but for one: `LicenseDetection.from_matches` also names each
-    detection by a hash of its matches' matched text, which re-tokenizes that text and takes most of the
-    time (`benchmarks/license_detection.py`), for an identifier only ScanCode's own reports use.
+    detection by a hash of its matches' matched text, which re-tokenizes that text and takes most of the time
+    (`benchmarks/results/HISTORY.md`, "Second pass on 2026-11-26"), for an identifier only ScanCode's own
+    reports use.
     (scancode-toolkit is pinned; a test compares this with `detect_licenses`.)"""
     index, detection, _, _ = _scancode()
     matches = index.match(query_string=text, min_score=0, deadline=deadline, as_expression=False,

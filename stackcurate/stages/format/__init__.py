@@ -229,12 +229,13 @@ class FormatStage(Stage):
 
     Turn the curated files into training documents. --mode starcoder2 (the default) puts the files of a repository
     together, with repository context; --mode starcoder formats each file on its own. Notebooks become documents of
-    their own. Fill-in-the-middle is applied to a share of the documents (--fim-rate), and every random choice is
-    seeded by --seed and the repository, so the documents do not depend on the number of workers or the input's
-    order.
+    their own, and so does each record of another kind than file (an issue thread, a commit), its text as its
+    source rendered it. Fill-in-the-middle is applied to a share of the documents (--fim-rate), and every random
+    choice is seeded by --seed and the repository, so the documents do not depend on the number of workers or the
+    input's order.
 
     Writes one row per document: doc_id, text, repo_name, language, doc_ids (its files), kind (file, repository,
-    notebook), fim_files and length_bytes. Nothing is removed.
+    notebook, or the record's own kind), fim_files and length_bytes. Nothing is removed.
 
     Example:
       stackcurate format --out work/run --mode starcoder2 --seed 42
@@ -242,7 +243,7 @@ class FormatStage(Stage):
 
     name = "format"
     config = FormatConfig
-    kinds = None
+    kinds = None  # every kind: a record of another kind becomes a document of its own
     needs = ("doc_id", "content")
 
     @classmethod

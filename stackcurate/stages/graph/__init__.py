@@ -146,8 +146,8 @@ def run_walk(cfg: GraphConfig, ctx: StageContext) -> GraphConfig:
         "branches": list(cfg.branches),
         "max_depth": cfg.max_depth,
         "partitions": partitions,
-        "layout": 2,
-    }  # fmt: skip - 2: directory_id per origin; a walk of layout 1 is not resumed
+        "layout": 2,  # directory_id per origin: a walk of layout 1 (each file's folder) is not resumed
+    }
     phases = ctx.phases(WALK_STAGE, settings)
     result = replace(cfg, walk=phases.work_uri())
     walk = w.Walk(export=cfg.export, work=phases.work_uri(), partitions=partitions, origins=cfg.origins,

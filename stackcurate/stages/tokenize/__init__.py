@@ -160,6 +160,8 @@ class TokenizeStage(Stage):
 
     name = "tokenize"
     config = TokenizeConfig
+    # Every kind. Its input is format's documents, whose `kind` column says what a document is (`repository`,
+    # `notebook`, ...): a stage after format that left `kinds` at files would pass most of them through.
     kinds = None
     needs = ("doc_id",)
     needs_one_of = ("text", "content")

@@ -34,7 +34,7 @@ def strip_special(text: str) -> str:
 
     The same as `str.replace` for each token in turn, in one regex pass and a look around each join, instead
     of one scan of the text per token, because the tokenizer's trainer waits for its input while this runs
-    (timed within the tokenize stage of `benchmarks/pipeline_e2e.py`)."""
+    (measured: `benchmarks/results/HISTORY.md`, "Second pass on 2026-11-26")."""
     present = set(_SPECIAL.findall(text))
     for token in tk.SPECIAL_TOKENS:
         if token not in present:
