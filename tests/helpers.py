@@ -295,3 +295,8 @@ GOOD = [
     ("/README.md", b"# Widgets\n\nHello.\n"),
     ("/lib/util.c", b"int add(int a, int b) { return a + b; }\n"),
 ]
+
+
+def doc_block(page: Path, first_line: str) -> str:
+    """The code block of a docs page that starts with `first_line` (the docs' examples run as written)."""
+    return first_line + "\n" + page.read_text().split(first_line + "\n", 1)[1].split("```", 1)[0]

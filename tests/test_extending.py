@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import StageWrapper, data_files, read_all, wrapped_stage
+from helpers import StageWrapper, data_files, doc_block, read_all, wrapped_stage
 
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.records import check_columns
@@ -37,8 +37,7 @@ class _DiesOnBoom(StageWrapper):
 def outside(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The docs' example stage, as its own module `repetition` on sys.path; two repositories; a pipeline that runs
     the stage between language and decontaminate."""
-    docs = (ROOT / "docs" / "extending.md").read_text()
-    code = docs.split("# repetition.py\n", 1)[1].split("```", 1)[0]
+    code = doc_block(ROOT / "docs" / "extending.md", "# repetition.py")
     modules = tmp_path / "modules"
     modules.mkdir()
     (modules / "repetition.py").write_text(code)

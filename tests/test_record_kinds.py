@@ -2,7 +2,6 @@
 and format: the stages for files pass them through untouched, those for every kind apply to them."""
 
 import json
-import textwrap
 from pathlib import Path
 
 import pyarrow as pa
@@ -68,7 +67,7 @@ def _issue(number: int, body: str) -> dict[str, object]:
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     modules = tmp_path / "modules"
     modules.mkdir()
-    (modules / "issue_source.py").write_text(textwrap.dedent(ISSUES_SOURCE))
+    (modules / "issue_source.py").write_text(ISSUES_SOURCE)
     monkeypatch.syspath_prepend(str(modules))
     repo = tmp_path / "repo"
     repo.mkdir()

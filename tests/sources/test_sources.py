@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import data_files, read_all, write_files
+from helpers import data_files, doc_block, read_all, write_files
 
 from stackcurate.cli import main
 from stackcurate.core import io
@@ -22,15 +22,10 @@ from stackcurate.stages.ingest import IngestConfig, IngestStage, plan
 DOC = Path(__file__).resolve().parents[2] / "docs" / "sources.md"
 
 
-def doc_block(first_line: str) -> str:
-    """The code block of docs/sources.md that starts with `first_line`."""
-    return first_line + "\n" + DOC.read_text().split(first_line + "\n", 1)[1].split("```", 1)[0]
-
-
 @pytest.fixture
 def zip_source(tmp_path, monkeypatch):
     """docs/sources.md's source, written to tmp_path/zip_source.py, importable as `zip_source`."""
-    (tmp_path / "zip_source.py").write_text(doc_block("# zip_source.py"))
+    (tmp_path / "zip_source.py").write_text(doc_block(DOC, "# zip_source.py"))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "zip_source", raising=False)
     yield importlib.import_module("zip_source")
@@ -55,7 +50,7 @@ def archives(folder: Path) -> list[Path]:
 
 def test_the_doc_s_source_runs_in_a_pipeline_and_a_rerun_redoes_only_what_failed(tmp_path, zip_source, monkeypatch):
     archives(tmp_path / "archives")
-    (tmp_path / "pipeline.yaml").write_text(doc_block("# pipeline.yaml"))
+    (tmp_path / "pipeline.yaml").write_text(doc_block(DOC, "# pipeline.yaml"))
     run = ["run", str(tmp_path / "pipeline.yaml"), "--runner", "local", "--no-progress"]
     read = zip_source.ZipArchives.read
 
@@ -94,7 +89,7 @@ def test_the_doc_s_source_runs_in_a_pipeline_and_a_rerun_redoes_only_what_failed
     assert saved["stages"]["ingest"]["sources"] == [entry], "the settings, paths resolved against the YAML"
 
     uninterrupted = tmp_path / "once.yaml"
-    uninterrupted.write_text(doc_block("# pipeline.yaml").replace("out: work/zips", "out: work/once"))
+    uninterrupted.write_text(doc_block(DOC, "# pipeline.yaml").replace("out: work/zips", "out: work/once"))
     assert main(["run", str(uninterrupted), "--runner", "local", "--no-progress"]) == 0
     assert data_files(out) == data_files(tmp_path / "work" / "once" / "ingest")
 
