@@ -12,8 +12,7 @@ they are trivial (`return x + y`) and would match ordinary code.
 Input columns: `content`. Output columns: unchanged. Drop reason: `decontam_<benchmark>` (the benchmark's
 name: `humaneval`, or the JSONL file's stem), with the matched item in `detail`.
 
-Example:
-    stackcurate decontaminate --out work/run --benchmarks humaneval data/mbpp.jsonl:text,code
+What users read (`stackcurate <stage> --help`, with examples) is the stage class's docstring.
 """
 
 import gzip

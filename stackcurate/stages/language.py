@@ -9,8 +9,7 @@ finds none), `extension`, `is_vendor`, `is_generated`; all other columns pass th
 Drop reasons: `language_unknown` (enry found no language, only when a list is set), `language_not_selected`
 (not in the list), `vendor`, `generated` (only when `drop_vendor` / `drop_generated`).
 
-Example:
-    stackcurate language --out work/run --languages filters/languages/starcoder2_smol_v1.txt
+What users read (`stackcurate <stage> --help`, with examples) is the stage class's docstring.
 """
 
 from collections.abc import Callable

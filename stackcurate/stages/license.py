@@ -18,8 +18,7 @@ Input columns: `repo_name`, `path`, `content`, `gha_license_id`, `license_type`,
 Output columns: `license_type`, `detected_licenses` (filled); everything else unchanged.
 Drop reasons: `opt_out`, `license_non_permissive`, `license_no_license` (when not kept).
 
-Example:
-    stackcurate license --out work/run --opt-out optout.txt --keep permissive no_license
+What users read (`stackcurate <stage> --help`, with examples) is the stage class's docstring.
 """
 
 import dataclasses

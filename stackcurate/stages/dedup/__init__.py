@@ -23,9 +23,7 @@ Every number of partitions, worker count or input order gives the same output: c
 their smallest doc_id, the kept document is the first of a total order, and partitions depend only on the
 input size. Reruns resume: each task commits its files atomically with a marker.
 
-Example:
-    stackcurate dedup --out work/run --threshold 0.7 --num-perm 256
-    stackcurate query work/run "select cluster_size, count(*) from dedup_clusters group by 1 order by 1"
+What users read (`stackcurate <stage> --help`, with examples) is the stage class's docstring.
 """
 
 import hashlib

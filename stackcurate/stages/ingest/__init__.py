@@ -26,9 +26,7 @@ A content store that is down (refused, timed out, throttled, 5xx) is not bad inp
 (`fetch_retries`, `fetch_backoff`), and a shard whose reads still fail is not committed. The stage then ends
 with one line counting those shards; rerunning the same command redoes only them.
 
-Example:
-    stackcurate ingest --metadata 'meta/*.parquet' --content s3://softwareheritage --out work/run
-    stackcurate ingest --bundles 'vault/*.tar*' --repos ~/src/myproject --out work/run
+What users read (`stackcurate <stage> --help`, with examples) is the stage class's docstring.
 """
 
 from collections.abc import Callable, Iterable, Iterator

@@ -16,9 +16,7 @@
 
 Input columns: `text` (the format stage's output) or, without it, `content`; `doc_id`; `language` if any.
 
-Example:
-    stackcurate tokenize --out work/run --tokenizer train --shard-mb 512
-    stackcurate tokenize --out work/run --tokenizer path/to/hf_tokenizer_folder
+What users read (`stackcurate <stage> --help`, with examples) is the stage class's docstring.
 """
 
 import json
