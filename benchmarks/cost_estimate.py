@@ -40,7 +40,10 @@ CORES = 2
 
 
 def marker_seconds(folder: Path) -> float:
-    return sum(json.loads(p.read_text()).get("seconds", 0.0) for p in (folder / "_shards").glob("*.json"))
+    return sum(
+        json.loads(p.read_text()).get("seconds", 0.0)
+        for p in (folder.parent / "_state" / folder.name / "shards").glob("*.json")
+    )
 
 
 def length_bytes(pattern: str) -> float:

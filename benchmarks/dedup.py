@@ -56,7 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def ingest(folders: list[str], out: Path) -> Path:
     """`stackcurate ingest --repos` the corpus folders once (reused when finished)."""
     target = out / "ingest"
-    if not (target / "_SUCCESS").exists():
+    if not (target.parent / "_state" / target.name / "SUCCESS").exists():
         cmd = ["stackcurate", "ingest", "--out", str(out), "--repos", *folders, "--workers", "2", "--no-progress"]
         subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     return target

@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(args.work)
     sample, out = corpus.sample(work, args.mb), work / "out"
-    if not (out / "language" / "_SUCCESS").exists():
+    if not (out / "_state" / "language" / "SUCCESS").exists():
         corpus.stackcurate(*corpus.ingest_args(out, sample), "--runner", "local", "--no-progress", "--overwrite")
         corpus.stackcurate("language", "--out", str(out), "--runner", "local", "--no-progress", "--overwrite")
 

@@ -150,7 +150,7 @@ def outputs(out: Path) -> dict[str, list[str]]:
     con = duckdb.connect()
     found = {"format": f"'{out}/format/*.parquet'"}
     for stage in STAGES:
-        if list((out / stage / "removed").glob("*.parquet")):
+        if list((out / "_removed" / stage).glob("*.parquet")):
             found[f"{stage}/removed"] = f"'{out}/{stage}/removed/*.parquet'"
     return {name: [repr(r) for r in con.sql(f"select * from {files} order by all").fetchall()]
             for name, files in found.items()}  # fmt: skip

@@ -96,7 +96,7 @@ def held_out_records(work: Path) -> Path:
         str(dedup_corpus.fetch(work / "corpus", project, versions[-1]).resolve()) for project, versions in HELD_OUT
     ]
     out = work / "run"
-    if not (out / "filter" / "_SUCCESS").is_file():
+    if not (out / "_state" / "filter" / "SUCCESS").is_file():
         pipeline = {
             "out": str(out),
             "stages": {

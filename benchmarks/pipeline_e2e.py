@@ -242,7 +242,7 @@ class TreeMonitor:
         self.attribute(now, total)
 
     def attribute(self, now: float, rss_total: int) -> None:
-        done = {stage: (self.out / stage / "_SUCCESS").exists() for stage in self.stages}
+        done = {stage: (self.out / "_state" / stage / "SUCCESS").exists() for stage in self.stages}
         for stage, finished in done.items():
             if finished and self.spans[stage].end is None:
                 self.spans[stage].end = now

@@ -70,7 +70,7 @@ def _prepare(scale: float, files: int, base: Path) -> tuple[Path, Path]:
     """The formatted documents (the first `files` files of the format output) and a tokenizer trained on them."""
     records = dedup.ingest(dedup_corpus.build(scale), base)
     run = base / "run"
-    if not (run / "format" / "_SUCCESS").exists():
+    if not (run / "_state" / "format" / "SUCCESS").exists():
         subprocess.run(["stackcurate", "format", "--input", str(records), "--out", str(run), "--workers", "2",
                         "--no-progress"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
     documents = base / f"documents_{files}"
@@ -159,7 +159,7 @@ def main() -> None:
                 [*pin, "stackcurate", "tokenize", "--input", str(documents), "--out", str(ours),
                  "--tokenizer", str(tokenizer), "--workers", str(cpus), "--overwrite", "--no-progress"],
                 ours,
-                lambda out: json.loads((out / "tokenize" / "megatron" / "manifest.json").read_text())["tokens"],
+                lambda out: json.loads((out / "megatron" / "manifest.json").read_text())["tokens"],
             ),
             **{
                 f"datatrove {step}": (

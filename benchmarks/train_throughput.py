@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=str(ROOT / "work" / "demo" / "tokenize" / "megatron"))
+    parser.add_argument("--data", default=str(ROOT / "work" / "demo" / "megatron"))
     parser.add_argument("--preset", default="125m")
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--micro-batch", type=int, default=16)

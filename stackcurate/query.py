@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.layout import PLAN, StageDir
+from stackcurate.core.layout import EARLIER_LAYOUT, EARLIER_PLAN, PLAN, STATE, TABLES, StageDir
 from stackcurate.stages import stage_order
 
 
@@ -29,19 +29,20 @@ def connect(out: str | Path) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
         raise StackcurateError(f"{out} is not a local output folder; pass the --out of a run")
     con = duckdb.connect()
     views, stats = [], []
-    for stage_dir in sorted(p for p in root.iterdir() if p.is_dir() and (p / PLAN).exists()):
-        for view, sub in (
-            (stage_dir.name, stage_dir),
-            (f"{stage_dir.name}_removed", stage_dir / "removed"),
-            (f"{stage_dir.name}_errors", stage_dir / "errors"),
-            (f"{stage_dir.name}_documents", stage_dir / "megatron" / "documents"),  # tokenize: shard positions
-        ):
+    for stage in sorted(p.parent.name for p in (root / STATE).glob(f"*/{PLAN}")):
+        folders = [(stage, root / stage)]
+        folders += [(f"{stage}_{kind}", root / TABLES[kind] / stage) for kind in ("removed", "errors")]
+        if stage == "tokenize":  # where each document went in the Megatron shards
+            folders.append(("tokenize_documents", root / "megatron" / "documents"))  # TokenizeStage.folders
+        for view, sub in folders:
             if any(sub.glob("*.parquet")):
                 glob = _sql_str(str(sub / "*.parquet"))
                 con.execute(f'create view "{view}" as select * from read_parquet({glob}, union_by_name=true)')
                 views.append(view)
-        if any((stage_dir / "stats").glob("*.parquet")):
-            stats.append(_sql_str(str(stage_dir / "stats" / "*.parquet")))
+        if any((root / TABLES["stats"] / stage).glob("*.parquet")):
+            stats.append(_sql_str(str(root / TABLES["stats"] / stage / "*.parquet")))
+    if not views and any(root.glob(f"*/{EARLIER_PLAN}")):
+        raise StackcurateError(f"{out} {EARLIER_LAYOUT}; rerun it with --overwrite")
     if not views:
         raise StackcurateError(f"{out} holds no stage output; run a stage with --out {out} first")
     if stats:

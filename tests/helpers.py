@@ -142,13 +142,24 @@ def sharded_records(folder: Path, files: list[tuple[str, str]], shards: int) -> 
     return write_records(folder, tables)
 
 
+def table_dir(stage: Path, kind: str) -> Path:
+    """The folder of a stage's `removed`, `errors` or `stats` rows, beside its kept rows `<out>/<stage>`
+    (core/layout.py)."""
+    return stage.parent / f"_{kind}" / stage.name
+
+
+def state(stage: Path, name: str) -> Path:
+    """A file or folder of a stage's state (SUCCESS, FUSED, PURGED, plan.json, config.yaml, shards)."""
+    return stage.parent / "_state" / stage.name / name
+
+
 def data_files(folder: Path) -> dict[str, bytes]:
     """Every committed Parquet file under a folder, by relative path (not stats: they hold run ids and timings,
     nor temporary files)."""
     return {
         p.relative_to(folder).as_posix(): p.read_bytes()
         for p in sorted(folder.rglob("*.parquet"))
-        if "stats" not in p.relative_to(folder).parts and ".tmp-" not in p.name
+        if "_stats" not in p.relative_to(folder).parts and ".tmp-" not in p.name
     }
 
 
@@ -216,8 +227,8 @@ def ingest(out: Path, **values: object) -> Ingested:
     return Ingested(
         result,
         read_all(stage, FILE_SCHEMA),
-        read_all(stage / "removed", with_reason(FILE_SCHEMA)),
-        read_all(stage / "errors", ERROR_SCHEMA),
+        read_all(table_dir(stage, "removed"), with_reason(FILE_SCHEMA)),
+        read_all(table_dir(stage, "errors"), ERROR_SCHEMA),
     )
 
 

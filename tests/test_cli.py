@@ -4,6 +4,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import make_table, stack_v2_layout
+from helpers import make_table, stack_v2_layout, state, table_dir
 
 import stackcurate
 from stackcurate.cli import main
@@ -119,7 +120,7 @@ def test_a_stage_dry_run_after_its_run_says_it_is_complete(ingested, tmp_path, c
 def test_the_config_is_printed_only_with_verbose_and_always_saved(tmp_path, capsys):
     assert main(_ingest_argv(tmp_path, "--runner", "local", "--no-progress")) == 0
     assert "max_bytes" not in capsys.readouterr().err
-    assert "max_bytes: 1000000" in (tmp_path / "out" / "ingest" / "_config.yaml").read_text()
+    assert "max_bytes: 1000000" in (tmp_path / "out" / "_state" / "ingest" / "config.yaml").read_text()
     for verbose in (["-v"], []):  # before the command, or after it
         argv = _ingest_argv(tmp_path, "--runner", "local", "--no-progress")
         argv = [*verbose, *argv] if verbose else [*argv, "--verbose"]
@@ -182,7 +183,7 @@ def test_stats_counts_add_up(ingested, capsys):
 
 
 def test_resolved_config_is_saved_next_to_output(ingested):
-    saved = (Path(ingested) / "ingest" / "_config.yaml").read_text()
+    saved = (Path(ingested) / "_state" / "ingest" / "config.yaml").read_text()
     assert "max_bytes: 1000000" in saved and "stage: ingest" in saved
 
 
@@ -217,7 +218,7 @@ def test_relative_paths_resolve_on_the_driver(tmp_path, monkeypatch):
         out = tmp_path / f"out{len(extra[1])}"
         argv = ["language", "--input", str(records), "--out", str(out), "--runner", "local", "--no-progress"]
         assert main([*argv, *extra]) == 0
-        config = (out / "language" / "_config.yaml").read_text()
+        config = (out / "_state" / "language" / "config.yaml").read_text()
         assert f"languages: {tmp_path / 'lists' / 'py.txt'}" in config
         assert pq.read_table(out / "language" / "00000.parquet").column("path").to_pylist() == ["/a.py"]
 
@@ -323,14 +324,15 @@ def test_an_unknown_or_abbreviated_flag_names_the_closest_one(tmp_path, capsys, 
 
 def _stats_rows(stage_dir: Path, rows: list[tuple[str, str | None, float]]) -> None:
     """A stage folder holding only stats: `(metric, reason, value)` rows."""
-    (stage_dir / "stats").mkdir(parents=True)
-    (stage_dir / "_plan.json").write_text("{}")
+    table_dir(stage_dir, "stats").mkdir(parents=True)
+    state(stage_dir, "plan.json").parent.mkdir(parents=True)
+    state(stage_dir, "plan.json").write_text("{}")
     table = pa.Table.from_pylist(
         [{"run_id": "r", "stage": stage_dir.name, "shard": 0, "metric": m, "language": None, "reason": r,
           "value": v, "unit": m.split("_")[0]} for m, r, v in rows],
         schema=STATS_SCHEMA,
     )  # fmt: skip
-    pq.write_table(table, stage_dir / "stats" / "00000.parquet")
+    pq.write_table(table, table_dir(stage_dir, "stats") / "00000.parquet")
 
 
 def test_stats_shows_tokens_pii_spans_and_bytes_in_pipeline_order(tmp_path, capsys):
@@ -344,22 +346,37 @@ def test_stats_shows_tokens_pii_spans_and_bytes_in_pipeline_order(tmp_path, caps
     _stats_rows(out / "ingest", [("docs_in", None, 10), ("docs_out", None, 5), ("docs_removed", "binary", 4),
                                  ("docs_error", "missing_blob", 1), ("bytes_in", None, 10_000),
                                  ("bytes_out", None, 3000), ("bytes_removed", "binary", 7000)])  # fmt: skip
+    _stats_rows(out / "format", [("docs_in", None, 4), ("docs_out", None, 2), ("bytes_out", None, 2900)])
+    (out / "ingest").mkdir()
     pq.write_table(make_table([("/a.py", "x = 1\n")]), out / "ingest" / "00000.parquet")
     assert main(["stats", str(out)]) == 0
     table, reasons = capsys.readouterr().out.split("\n\n")
     lines = table.splitlines()
     assert lines[0].split() == ["stage", "docs", "in", "kept", "removed", "errors", "kept", "%", "bytes", "in",
                                 "bytes", "out"]  # fmt: skip
-    assert [line.split()[0] for line in lines[1:]] == ["ingest", "pii", "tokenize"]  # no license_scan
+    assert [line.split()[0] for line in lines[1:]] == ["ingest", "pii", "format", "tokenize"]  # no license_scan
     assert lines[1].split() == ["ingest", "10", "5", "4", "1", "50.0", "10.0", "kB", "3.0", "kB"]
     assert lines[2].split()[1:10] == ["4", "4", "0", "0", "100.0", "3.0", "kB", "2.9", "kB"]
     assert lines[2].endswith("5 PII spans (3 redacted, 2 detected only)")
-    assert lines[3].split()[5:] == ["100.0", "2.5", "MB", "-", "1,234", "tokens"]  # token rows carry no bytes
+    assert lines[3].endswith("4 files grouped into 2 documents")  # not 2 of 4 lost
+    assert lines[4].split()[5:] == ["100.0", "2.5", "MB", "-", "1,234", "tokens"]  # token rows carry no bytes
     assert [line.split() for line in reasons.splitlines()[1:]] == [
         ["stage", "removed/error", "reason", "docs", "bytes"],
         ["ingest", "removed", "binary", "4", "7.0", "kB"],
         ["ingest", "error", "missing_blob", "1", "-"],
     ]
+
+
+def test_stats_piped_into_head_ends_quietly(tmp_path):
+    out = tmp_path / "run"
+    _stats_rows(out / "ingest", [("docs_in", None, 10), ("docs_out", None, 5)])
+    _stats_rows(out / "pii", [("docs_in", None, 5), ("docs_out", None, 5)])
+    (out / "pii").mkdir()
+    pq.write_table(make_table([("/a.py", "x = 1\n")]), out / "pii" / "00000.parquet")
+    # `head -c 0` leaves at once: stats writes into a pipe nobody reads
+    command = f"{shlex.quote(sys.executable)} -m stackcurate.cli stats {shlex.quote(str(out))} | head -c 0"
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
 
 
 def test_a_second_run_into_the_same_folder_is_refused_and_a_killed_one_blocks_nothing(tmp_path, capsys):

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import state
 
 from stackcurate.cli import build_parser, main
 from stackcurate.commands.parsing import check_flags
@@ -105,7 +106,7 @@ def test_the_readme_s_commands_run(tmp_path, monkeypatch, capsys):
         elif argv[0] == "run" and "--ray-address" not in argv:
             assert "would run" in runs([*argv, "--dry-run"] if "--dry-run" not in argv else argv, capsys)
         elif argv[0] in NEEDS_A_RUN and (argv[0] != "purge" or "--dry-run" in argv):
-            if not (tmp_path / "work" / "demo" / "pii" / "_SUCCESS").exists():
+            if not state(tmp_path / "work" / "demo" / "pii", "SUCCESS").exists():
                 (tmp_path / "pipelines" / "small.yaml").write_text(SMALL_RUN)
                 runs(["run", "pipelines/small.yaml", "--runner", "local", "--no-progress"], capsys)
             runs(argv, capsys)

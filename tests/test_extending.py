@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from helpers import StageWrapper, data_files, doc_block, read_all, wrapped_stage
+from helpers import StageWrapper, data_files, doc_block, read_all, state, table_dir, wrapped_stage
 
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.records import check_columns
@@ -73,16 +73,16 @@ def test_an_outside_stage_runs_fused_between_built_in_stages_and_resumes(outside
     assert [(r.stage, r.docs_in, r.docs_out) for r in results] == [
         ("ingest", 4, 4), ("language", 4, 4), ("repetition", 4, 3), ("decontaminate", 3, 2),
     ]  # fmt: skip
-    removed = read_all(outside / "clean" / "repetition" / "removed").to_pylist()
+    removed = read_all(table_dir(outside / "clean" / "repetition", "removed")).to_pylist()
     assert [(r["path"], r["reason"]) for r in removed] == [("/a.py", "repeated_line")]
-    assert (outside / "clean" / "repetition" / "_FUSED").exists()  # kept rows only at the group's end
+    assert state(outside / "clean" / "repetition", "FUSED").exists()  # kept rows only at the group's end
 
     # The run dies in the outside stage's call on the second shard; the rerun does only that shard.
     dying = [(wrapped_stage(s, _DiesOnBoom) if s.name == "repetition" else s, c) for s, c in pipeline.stages]
     with pytest.raises(_Killed):
         run_pipeline(dataclasses.replace(pipeline, stages=dying), LOCAL)
     for stage in ("ingest", "language", "repetition", "decontaminate"):
-        assert sorted(p.name for p in (outside / "out" / stage / "_shards").iterdir()) == ["00000.json"]
+        assert sorted(p.name for p in state(outside / "out" / stage, "shards").iterdir()) == ["00000.json"]
     again = run_pipeline(pipeline, LOCAL)
     assert {r.shards_run for r in again} == {1}
     assert data_files(outside / "out") == data_files(outside / "clean")

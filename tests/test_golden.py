@@ -68,5 +68,5 @@ def test_license_sees_files_that_language_selection_drops(tmp_path):
     assert main(["run", str(pipeline), "--runner", "local", "--no-progress"]) == 0
     kept = dict(duckdb.sql(f"select path, license_type from '{tmp_path}/out/language/*.parquet'").fetchall())
     assert kept["/src/widgets/core.py"] == "permissive"
-    dropped = dict(duckdb.sql(f"select path, reason from '{tmp_path}/out/language/removed/*.parquet'").fetchall())
+    dropped = dict(duckdb.sql(f"select path, reason from '{tmp_path}/out/_removed/language/*.parquet'").fetchall())
     assert dropped["/LICENSE"] == "language_not_selected"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import StageWrapper, data_files, wrapped_stage
+from helpers import StageWrapper, data_files, state, table_dir, wrapped_stage
 
 from stackcurate.cli import main
 
@@ -34,7 +34,7 @@ def test_a_stage_that_keeps_nothing_is_an_empty_input_for_the_next(tmp_path, cap
     assert results["language"].startswith("2 in, 0 kept, 2 removed, 0 errors; 1 shards (1 run now)")
     for stage in ("filter", "dedup", "pii", "format"):
         assert results[stage].startswith("0 in, 0 kept, 0 removed, 0 errors"), stage
-        assert (tmp_path / "out" / stage / "_SUCCESS").exists()
+        assert state(tmp_path / "out" / stage, "SUCCESS").exists()
     # The empty outputs still carry their schema, so a query over them works.
     assert "pii_spans" in pq.read_schema(tmp_path / "out" / "pii" / "00000.parquet").names
 
@@ -61,10 +61,10 @@ def test_a_run_folder_moved_with_its_inputs_resumes(tmp_path, capsys):
     shutil.move(tmp_path / "a", tmp_path / "b")
     # An interrupted fused group: language lost its last shard's marker and files.
     language = tmp_path / "b" / "out" / "language"
-    last = sorted((language / "_shards").glob("*.json"))[-1]
+    last = sorted(state(language, "shards").glob("*.json"))[-1]
     last.unlink()
-    (language / "removed" / f"{last.stem}.parquet").unlink()
-    (language / "_SUCCESS").unlink()
+    (table_dir(language, "removed") / f"{last.stem}.parquet").unlink()
+    state(language, "SUCCESS").unlink()
     capsys.readouterr()
     argv = ["run", str(tmp_path / "b" / "mini" / "pipeline.yaml"), "--runner", "local", "--no-progress"]
     assert main(argv) == 0
@@ -189,7 +189,7 @@ def test_a_run_killed_inside_the_fused_group_resumes_to_the_same_files(tmp_path,
     assert main(argv) == 0
     out = tmp_path / "out"
     clean = data_files(out)
-    shards = len(list((out / "license/_shards").glob("*.json")))
+    shards = len(list((out / "_state/license/shards").glob("*.json")))
     shutil.rmtree(out)
 
     pipeline = load_pipeline(yaml)
@@ -201,11 +201,13 @@ def test_a_run_killed_inside_the_fused_group_resumes_to_the_same_files(tmp_path,
     opts = RunOptions(runner="local", progress=False)
     with pytest.raises(_Killed):
         run_pipeline(dataclasses.replace(pipeline, stages=stages), opts)
-    markers = {s: sorted(p.stem for p in (out / s / "_shards").glob("*.json")) for s in ("license", "decontaminate")}
+    markers = {
+        s: sorted(p.stem for p in state(out / s, "shards").glob("*.json")) for s in ("license", "decontaminate")
+    }
     assert markers["license"] == markers["decontaminate"] == ["00000", "00001", "00002"], markers
-    assert not (out / "decontaminate/_SUCCESS").exists()
-    (out / "decontaminate/_shards/00001.json").unlink()  # killed between the markers of shard 00001
-    (out / "filter/removed/00005.parquet.tmp-dead").write_bytes(b"half a file")
+    assert not (out / "_state/decontaminate/SUCCESS").exists()
+    (out / "_state/decontaminate/shards/00001.json").unlink()  # killed between the markers of shard 00001
+    (out / "_removed/filter/00005.parquet.tmp-dead").write_bytes(b"half a file")
     capsys.readouterr()
     assert main(argv) == 0
     results = _results(capsys.readouterr().out)
@@ -234,17 +236,15 @@ def test_the_demo_fused_and_with_every_stage_s_rows_gives_the_same_shards_and_re
         outputs[name] = tmp_path / name
     fused, kept = (data_files(outputs[n]) for n in ("fused", "kept"))
     assert set(fused) < set(kept)  # the intermediate stages' kept rows are the difference
-    assert {k for k in set(kept) - set(fused) if "/" in k and k.split("/")[1] in ("removed", "errors")} == set()
+    assert {k for k in set(kept) - set(fused) if k.split("/")[0] in ("_removed", "_errors")} == set()
     assert {k: v for k, v in kept.items() if k in fused} == fused
-    assert any(k.startswith("filter/removed/") and pq.read_metadata(outputs["fused"] / k).num_rows for k in fused)
+    assert any(k.startswith("_removed/filter/") and pq.read_metadata(outputs["fused"] / k).num_rows for k in fused)
     megatron = {
-        name: {
-            p.name: p.read_bytes() for p in (out / "tokenize" / "megatron").glob("*.*") if p.suffix in (".bin", ".idx")
-        }
+        name: {p.name: p.read_bytes() for p in (out / "megatron").glob("*.*") if p.suffix in (".bin", ".idx")}
         for name, out in outputs.items()
     }
     assert megatron["fused"] == megatron["kept"] and megatron["fused"]
-    manifests = [json.loads((out / "tokenize/megatron/manifest.json").read_text()) for out in outputs.values()]
+    manifests = [json.loads((out / "megatron/manifest.json").read_text()) for out in outputs.values()]
     assert [{k: v for k, v in m.items() if k != "tokenizer"} for m in manifests][0] == {
         k: v for k, v in manifests[1].items() if k != "tokenizer"
     }
@@ -252,6 +252,39 @@ def test_the_demo_fused_and_with_every_stage_s_rows_gives_the_same_shards_and_re
     summary = json.loads((outputs["fused"] / "report" / "summary.json").read_text())
     assert sum(r["tokens"] for r in summary["tokens_by_language"]) == manifests[0]["tokens"] == summary["tokens"]
     assert "Tokens per language" in (outputs["fused"] / "report" / "index.html").read_text()
+    for name, out in outputs.items():
+        folders = sorted(p for p in out.iterdir() if p.is_dir() and any(p.glob("*.parquet")))
+        # the stages inside a fused group have no folder: they wrote no kept rows
+        written = {"decontaminate", "dedup_clusters", "format", "graph", "license_scan", "pii", "tokenize"}
+        if name == "kept":
+            written |= {"ingest", "license", "language", "filter", "dedup"}
+        assert {f.name for f in folders} == written
+        for folder in folders:
+            _read_as_users_do(folder, tmp_path / "hf-cache")
+
+
+def _read_as_users_do(folder: Path, cache: Path) -> None:
+    """pandas, pyarrow, Polars and HF datasets, given a stage's folder as it is, read its kept rows and nothing
+    else (the removed rows, errors, stats and markers are elsewhere: core/layout.py)."""
+    import datasets
+    import pandas
+    import polars
+    import pyarrow.dataset as ds
+
+    files = sorted(folder.glob("*.parquet"))
+    expected = sum(pq.read_metadata(f).num_rows for f in files)
+    columns = set(pq.read_schema(files[0]).names)
+    got = {
+        "pandas": pandas.read_parquet(folder),
+        "pyarrow": ds.dataset(folder).to_table(),
+        "polars": polars.read_parquet(folder),
+        "datasets": datasets.load_dataset("parquet", data_dir=str(folder), split="train", cache_dir=str(cache)),
+    }
+    for reader, table in got.items():
+        assert (len(table), set(table.columns if reader in ("pandas", "polars") else table.column_names)) == (
+            expected,
+            columns,
+        ), f"{reader} read {folder.name}"
 
 
 def test_a_finished_run_reports_as_it_goes_and_its_dry_run_says_what_would_be_reused(tmp_path, capsys):
@@ -288,9 +321,9 @@ def test_a_finished_run_reports_as_it_goes_and_its_dry_run_says_what_would_be_re
     assert "stages:" not in captured.err and "(0 run now)" in _results(captured.out)["dedup"]
 
     language = out / "language"
-    shards = sorted((language / "_shards").glob("*.json"))
+    shards = sorted(state(language, "shards").glob("*.json"))
     shards[-1].unlink()
-    (language / "_SUCCESS").unlink()
+    state(language, "SUCCESS").unlink()
     assert main([*argv, "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{group}: would resume: {len(shards) - 1} of {len(shards)} shards done"
@@ -313,7 +346,7 @@ def test_a_finished_run_reports_as_it_goes_and_its_dry_run_says_what_would_be_re
         "decontaminate",
         "dedup",
     ]
-    assert (out / "license_scan" / "stats").is_dir()  # counted, but not a stage of the pipeline
+    assert table_dir(out / "license_scan", "stats").is_dir()  # counted, but not a stage of the pipeline
 
 
 def test_keep_true_writes_a_stage_s_rows_and_license_s_own_keep_is_its_setting(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from helpers import read_all
+from helpers import read_all, table_dir
 
 from stackcurate.core.kinds import split_kinds
 from stackcurate.pipeline import RunOptions, load_pipeline, run_pipeline
@@ -111,12 +111,12 @@ def test_stages_for_files_pass_issues_through_and_the_others_apply(run: Path) ->
     # language and filter judge files only: the four issues pass through each, the wide file is removed
     for stage in ("language", "filter"):
         assert _stat(run, stage, "docs_passed") == 4, stage
-    removed = read_all(run / "filter" / "removed").to_pylist()
+    removed = read_all(table_dir(run / "filter", "removed")).to_pylist()
     assert [(r["path"], r["reason"]) for r in removed] == [("/wide.py", "max_line_length")]
     # dedup and pii apply to every kind: nothing passes through them
     for stage in ("dedup", "pii"):
         assert _stat(run, stage, "docs_passed") == 0, stage
-    duplicates = read_all(run / "dedup" / "removed").to_pylist()
+    duplicates = read_all(table_dir(run / "dedup", "removed")).to_pylist()
     assert [(r["path"], r["reason"]) for r in duplicates] == [("/issues/4", "exact_duplicate")]
 
     documents = read_all(run / "format").to_pylist()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import read_all
+from helpers import read_all, state
 from megatron_reader import read as read_megatron
 
 from stackcurate.cli import main
@@ -236,11 +236,11 @@ def test_no_value_in_the_decoded_shards(run: Path):
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json"))
-    manifest = json.loads((run / "tokenize" / "megatron" / "manifest.json").read_text())
+    manifest = json.loads((run / "megatron" / "manifest.json").read_text())
     documents = [
         tokenizer.decode(sequence.tolist(), skip_special_tokens=False)
         for shard in manifest["shards"]
-        for sequence in read_megatron(run / "tokenize" / "megatron" / shard["shard"])
+        for sequence in read_megatron(run / "megatron" / shard["shard"])
     ]
     assert len(documents) == manifest["documents"] == 2  # the notebook, and the repository's other files
     assert _found(iter(documents)) == set()
@@ -277,12 +277,14 @@ def test_every_text_column_before_pii_is_declared(run: Path):
             return holds_text(t.value_type)
         return pa.types.is_struct(t) and any(holds_text(t.field(i).type) for i in range(t.num_fields))
 
-    before = sorted(p.name for p in run.iterdir() if p.is_dir() and p.name not in AFTER_PII)
-    assert before == ["dedup", "dedup_clusters", "filter", "ingest", "language"]
-    columns = set()
-    for stage in before:
-        for path in (run / stage).rglob("*.parquet"):
+    columns, before = set(), set()
+    for path in run.rglob("*.parquet"):
+        parts = path.relative_to(run).parts
+        stage = parts[1] if parts[0].startswith("_") else parts[0]  # `_removed/<stage>/`, ... (core/layout.py)
+        if stage not in AFTER_PII and parts[0] != "megatron":
+            before.add(stage)
             columns |= {f.name for f in pq.read_schema(path) if holds_text(f.type)}
+    assert sorted(before) == ["dedup", "dedup_clusters", "filter", "ingest", "language"]
     assert columns == set(TEXT_COLUMNS)
 
 
@@ -301,12 +303,12 @@ def test_purge_drops_the_unredacted_text_and_keeps_the_rest(run: Path, tmp_path:
     capsys.readouterr()
     assert main(["stats", str(out)]) == 0
     stats = capsys.readouterr().out
-    unredacted = [  # language and dedup ran fused with the stage after them: their kept rows were not written
-        f"{stage}/{sub}00000.parquet"
+    unredacted = sorted(  # language and dedup ran fused with the stage after them: their kept rows were not written
+        f"{folder}{stage}/00000.parquet"
         for stage in ("dedup", "filter", "ingest", "language")
-        for sub in ("", "removed/")
-        if sub or stage not in ("dedup", "language")
-    ]
+        for folder in ("", "_removed/")
+        if folder or stage not in ("dedup", "language")
+    )
     assert main(["purge", str(out), "--dry-run"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[:-1] == [str(out / name) for name in unredacted]
@@ -318,10 +320,12 @@ def test_purge_drops_the_unredacted_text_and_keeps_the_rest(run: Path, tmp_path:
     assert main(["purge", str(out)]) == 0
     assert capsys.readouterr().out.startswith("purge: deleted 6 files (")
     after = _files(out)
-    markers = {f"{stage}/_PURGED" for stage in ("dedup", "filter", "ingest", "language")}
+    markers = {f"_state/{stage}/PURGED" for stage in ("dedup", "filter", "ingest", "language")}
     assert set(before) - set(after) == set(unredacted) and set(after) - set(before) == markers
     assert all(after[name] == before[name] for name in before if name not in unredacted)
-    assert json.loads(after["ingest/_PURGED"]) == {"deleted": ["ingest/00000.parquet", "ingest/removed/00000.parquet"]}
+    assert json.loads(after["_state/ingest/PURGED"]) == {
+        "deleted": ["_removed/ingest/00000.parquet", "ingest/00000.parquet"]
+    }
     assert _found(_parquet_strings(out)) == set()
     assert main(["stats", str(out)]) == 0
     assert capsys.readouterr().out == stats
@@ -342,7 +346,8 @@ def test_purge_refuses_before_pii_has_finished(run: Path, tmp_path: Path, capsys
     out = tmp_path / "out"
     shutil.copytree(run / "ingest", out / "ingest")
     shutil.copytree(run / "pii", out / "pii")
-    (out / "pii" / "_SUCCESS").unlink()  # an interrupted pii
+    shutil.copytree(run / "_state" / "pii", out / "_state" / "pii")
+    state(out / "pii", "SUCCESS").unlink()  # an interrupted pii
     assert main(["purge", str(out)]) == 2
     assert capsys.readouterr().err == (
         f"stackcurate: error: {out} has no finished pii output; purge deletes the unredacted text only once pii "

@@ -35,7 +35,7 @@ def _tokenize(root: Path, texts: list[str], vocab_size: int) -> Path:
     spec = get_stage("tokenize")
     cfg = build_config(spec.config, {"vocab_size": vocab_size})
     run_stage(spec, cfg, str(root / "out"), RunOptions(runner="local", progress=False), input_uri=str(root / "in"))
-    return root / "out" / "tokenize" / "megatron"
+    return root / "out" / "megatron"
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from helpers import state, table_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 # What never goes into a build: the .gitignore entries (build/ above all: setuptools leaves stale modules there).
@@ -83,10 +84,10 @@ def test_wheel_runs_a_pipeline_without_the_checkout(tmp_path):
     (cwd / "p.yaml").write_text(PIPELINE)
     run([script, "run", cwd / "p.yaml", "--runner", "local", "--no-progress"], cwd, env)
     out = cwd / "out"
-    assert (out / "filter" / "_SUCCESS").exists()
-    stats = pq.read_table(out / "filter" / "stats").to_pylist()
+    assert state(out / "filter", "SUCCESS").exists()
+    stats = pq.read_table(table_dir(out / "filter", "stats")).to_pylist()
     assert sum(r["value"] for r in stats if r["metric"] == "docs_out") > 0
     assert sum(pq.read_metadata(p).num_rows for p in (out / "decontaminate").glob("*.parquet")) > 0
     for stage in ("license", "language", "filter"):  # defaults and filters/ paths: the venv's copies
-        config = (out / stage / "_config.yaml").read_text()
+        config = state(out / stage, "config.yaml").read_text()
         assert str(venv) in config and str(ROOT) not in config, config

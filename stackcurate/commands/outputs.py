@@ -20,8 +20,9 @@ PURGE = """\
 Delete the unredacted text of a finished run: the Parquet files with text of the stages before pii (ingest,
 license, language, filter, decontaminate, dedup: their kept and removed rows), which pii has not redacted. pii
 and the stages after it keep their files; stats, error rows (paths and reasons), markers and configs stay, so
-stackcurate stats reports the run as before. A _PURGED file in each emptied folder says what went. It refuses
-while pii has not finished, so the only copy of a run's text is never deleted.
+stackcurate stats reports the run as before. A PURGED file in the state of each emptied stage
+(`<out>/_state/<stage>/`) says what went. It refuses while pii has not finished, so the only copy of a run's
+text is never deleted.
 
 examples:
   stackcurate purge work/demo --dry-run      # list what would go
@@ -116,6 +117,8 @@ def _cmd_stats(args: argparse.Namespace) -> None:
         notes = []
         if t.tokens:
             notes.append(f"{t.tokens:,} tokens")
+        if t.docs_out < t.docs_in - t.docs_removed - t.docs_error:  # format: a repository's files, one document
+            notes.append(f"{t.docs_in - t.docs_removed - t.docs_error:,} files grouped into {t.docs_out:,} documents")
         if t.stage == "pii":
             spans = t.pii_redacted + t.pii_detected_only
             notes.append(f"{spans:,} PII spans ({t.pii_redacted:,} redacted, {t.pii_detected_only:,} detected only)")

@@ -114,6 +114,10 @@ def run_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--overwrite", action="store_true", default=None, help="replace existing output")
     group.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
+    group.add_argument(
+        "--progress", dest="progress", action="store_true", default=None,
+        help="progress bars even where stderr is not a terminal (default: only on a terminal)",
+    )  # fmt: skip
     group.add_argument("--dry-run", action="store_true", default=None, help="print config and plan, run nothing")
     group.add_argument(
         "--keep-intermediate",

@@ -118,6 +118,7 @@ class Stage:
     - `follows`: for a source stage, the stage whose output it takes as input when run right after it and
       given none of its own (ingest after graph);
     - `needs` (and `needs_one_of`): input columns it reads, checked when a pipeline is planned;
+    - `folders`: folders of the run folder it writes besides its own (tokenize: `megatron`), replaced with it;
     - `kinds`: the kinds of record it applies to (None: every kind); rows of other kinds pass through it
       untouched (core/kinds.py). After format, `kind` is a document's kind (`repository`, `notebook`, ...):
       a stage there takes every kind (None), as tokenize does.
@@ -136,6 +137,7 @@ class Stage:
     needs: ClassVar[tuple[str, ...]] = ()
     needs_one_of: ClassVar[tuple[str, ...]] = ()
     kinds: ClassVar[tuple[str, ...] | None] = (FILE_KIND,)
+    folders: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg

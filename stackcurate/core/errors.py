@@ -25,10 +25,16 @@ def is_disk_full(exc: BaseException) -> bool:
 
 
 def exit_code(action: Callable[[], object], interrupted: str = "rerun the same command to resume") -> int:
-    """Run a command's `action`: 0 when it returns; a StackcurateError printed as one line (the traceback with
-    STACKCURATE_DEBUG=1) and 2; an interrupt told how to go on, and 130."""
+    """Run a command's `action`: 0 when it returns (or when what read its output stopped reading); a
+    StackcurateError printed as one line (the traceback with STACKCURATE_DEBUG=1) and 2; an interrupt told how to
+    go on, and 130."""
     try:
         action()
+        sys.stdout.flush()  # here, where a reader that left is caught (below), not as Python exits
+    except BrokenPipeError:  # the reader of the output left (`stackcurate stats OUT | head`): not an error
+        # Python would report the pipe again as it flushes stdout on exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except StackcurateError as exc:
         if os.environ.get("STACKCURATE_DEBUG"):
             raise

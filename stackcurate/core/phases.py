@@ -26,16 +26,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-from tqdm import tqdm
 
-from stackcurate.core import io
+from stackcurate.core import io, progress
 from stackcurate.core.config import dump_yaml
 from stackcurate.core.contract import StageContext
 from stackcurate.core.fingerprint import plan_fingerprint
 from stackcurate.core.layout import StageDir
 
-WORK = "_work"  # scratch files of the phases, under the folder
-DONE = "_done"  # the markers of each phase's items, under WORK
+WORK = "work"  # scratch files of the phases, in the folder's state (layout.StageDir.state)
+DONE = "done"  # the markers of each phase's items, under WORK
 
 
 def _marked(fs: pafs.FileSystem, marker: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -52,7 +51,7 @@ class Phases:
     Args:
         ctx: The stage's task context (its output, plan, executor and `--overwrite`).
         name: The folder, under the run's output (`dedup_clusters`), or the stage's own folder when `own` is set
-            (tokenize: its phases run after its shards, in `<out>/tokenize/_work`).
+            (tokenize: its phases run after its shards, in `<out>/_state/tokenize/work`).
         settings: What the result depends on besides the input shards (the stage's plan; plain values).
         own: The folder is the stage's own output folder, already started by the pipeline (StageDir.start_run):
             no fingerprint of its own, and never reused as a whole.
@@ -80,11 +79,11 @@ class Phases:
 
     def work(self, *parts: str) -> str:
         """A path for scratch files (on the folder's filesystem, without scheme)."""
-        return io.join(self.dir.root, WORK, *parts)
+        return io.join(self.dir.state, WORK, *parts)
 
     def work_uri(self, *parts: str) -> str:
         """The same path as a URI, for tasks that open it themselves."""
-        return io.join(self.dir.uri, WORK, *parts)
+        return io.join(self.dir.state_uri, WORK, *parts)
 
     def run(
         self,
@@ -127,8 +126,7 @@ class Phases:
 
     def remove(self) -> None:
         """Remove the whole folder (its result was consumed: format's grouped copy of the input)."""
-        if io.exists(self.fs, self.dir.root):
-            self.fs.delete_dir(self.dir.root)
+        self.dir.delete()
 
 
 class Rounds:
@@ -137,11 +135,13 @@ class Rounds:
 
     def __init__(self, phases: Phases, desc: str) -> None:
         self.phases = phases
-        self.bar = tqdm(desc=desc, unit=" rounds", disable=not phases.ctx.progress)
+        self.opened = progress.bar(desc, 0, " rounds", phases.ctx.progress)
+        self.bar = self.opened.__enter__()
 
     def run(self, phase: str, fn: Callable[..., Any], items: list[tuple[Any, ...]]) -> list[Any]:
         """Run one round (`Phases.run`, without its own bar)."""
         results = self.phases.run(phase, fn, items, bar=False)
+        self.bar.total += 1  # the rounds run until they converge: counted as they go
         self.bar.update()
         return results
 
@@ -149,4 +149,4 @@ class Rounds:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.bar.close()
+        self.opened.__exit__(None, None, None)

@@ -36,8 +36,7 @@ def default_input(out: str, stage: str) -> str:
     before = predecessor(out, stage)
     if before is None:
         raise StackcurateError(f"{stage} reads no earlier stage; pass --input")
-    fs, root = io.filesystem(out)
-    if not io.exists(fs, io.join(root, before)):
+    if not StageDir(out, before).exists():
         raise StackcurateError(
             f"{stage} reads the output of {before}, which is not in {out}: run `stackcurate {before} --out {out}` "
             f"first, or pass --input"
@@ -46,14 +45,17 @@ def default_input(out: str, stage: str) -> str:
 
 
 def check_input_complete(input_uri: str, stage: str) -> None:
-    fs, path = io.filesystem(input_uri)
-    if io.exists(fs, io.join(path, PLAN)) and not io.exists(fs, io.join(path, SUCCESS)):
+    """A one-line error where `input_uri` is a stage's folder that cannot be read (yet): unfinished, purged, or
+    never written (the stage ran fused). Any other folder of Parquet files is the user's (`--input`)."""
+    source = StageDir.of(input_uri)
+    fs = source.fs
+    if io.exists(fs, source.marker(PLAN)) and not io.exists(fs, source.marker(SUCCESS)):
         raise StackcurateError(f"{input_uri} is incomplete (an interrupted run); rerun that stage first")
-    if io.exists(fs, io.join(path, PURGED)):
+    if io.exists(fs, source.marker(PURGED)):
         raise StackcurateError(
             f"{input_uri} was purged (`stackcurate purge` dropped its text); rerun the pipeline with --overwrite"
         )
-    if io.exists(fs, io.join(path, FUSED)):
+    if io.exists(fs, source.marker(FUSED)):
         raise StackcurateError(
             f"{stage} cannot read {input_uri}: that stage ran fused in `stackcurate run` and did not write its kept "
             "rows; rerun the pipeline with --keep-intermediate, or pass --input"
@@ -95,8 +97,8 @@ def group_input(out: str, first: type[Stage], previous: str | None) -> str | Non
 
 
 def _success(uri: str) -> tuple[Any, str]:
-    fs, path = io.filesystem(uri)
-    return fs, io.join(path, SUCCESS)
+    source = StageDir.of(uri)
+    return source.fs, source.success_path
 
 
 def kept_rows(
@@ -132,7 +134,7 @@ def group_plans(
 def group_status(dirs: list[StageDir], requests: list[str], shards: list[Shard], opts: RunOptions) -> str:
     """What a run of a group would do with the output already there (the dry run's answer): reuse it, resume
     it, stop on it (another config or input), replace it (--overwrite) or run."""
-    present = [d for d in dirs if io.exists(d.fs, d.root)]
+    present = [d for d in dirs if d.exists()]
     if opts.overwrite:
         return "would run, replacing the output there (--overwrite)" if present else "would run"
     if not present:
@@ -157,8 +159,8 @@ def dry_run(pipeline: Pipeline, opts: RunOptions) -> list[str]:
     for group in plan_groups(pipeline.stages):
         names = " + ".join(spec.name for spec, _ in group) + (" (one pass per shard)" if len(group) > 1 else "")
         input_uri = group_input(pipeline.out, group[0][0], previous)
-        dirs = [StageDir(pipeline.out, spec.name) for spec, _ in group]
-        if not any(io.exists(d.fs, d.root) for d in dirs):
+        dirs = [StageDir(pipeline.out, spec.name, extra=spec.folders) for spec, _ in group]
+        if not any(d.exists() for d in dirs):
             status = "would run"
         elif input_uri is not None and not io.exists(*_success(input_uri)):
             status = f"would run, after {previous}" if previous else f"would run, once {input_uri} is complete"

@@ -17,12 +17,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from stackcurate.core import io
+from stackcurate.core import io, progress
 from stackcurate.core.config import dump_yaml, output_settings, to_dict
 from stackcurate.core.contract import Shard, Stage, StageContext
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.fingerprint import plan_fingerprint
-from stackcurate.core.layout import CONFIG, FUSED, PIPELINE, SHARDS, StageDir, run_lock
+from stackcurate.core.layout import FUSED, PIPELINE, RUN_CONFIG, SHARDS, StageDir, run_lock
 from stackcurate.core.shards import ShardJob
 from stackcurate.pipeline.plan import (
     check_input_complete,
@@ -96,6 +96,11 @@ def run_stage(
                 executor.close()
 
 
+def new_run_id() -> str:
+    """A run's id: when it started, and a random part (`20261127T101043-3251690b`)."""
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
 def _run_group(
     members: list[tuple[type[Stage], Any]],
     out: str,
@@ -103,16 +108,30 @@ def _run_group(
     input_uri: str | None,
     executor: Executor,
     keep_stages: frozenset[str] = frozenset(),
+    run_id: str | None = None,
 ) -> list[StageResult]:
     """Run consecutive stages as one pass per shard (one stage alone is a group of one): plan the first stage's
     shards, run every stage's `before_shards` (its global work, e.g. dedup's clustering), run the shards no
-    stage has finished, and commit each stage."""
+    stage has finished, and commit each stage. One progress bar shows it all."""
+    with progress.stage_bar(" + ".join(spec.name for spec, _ in members), opts.progress and not opts.dry_run):
+        return _run_group_now(members, out, opts, input_uri, executor, keep_stages, run_id)
+
+
+def _run_group_now(
+    members: list[tuple[type[Stage], Any]],
+    out: str,
+    opts: RunOptions,
+    input_uri: str | None,
+    executor: Executor,
+    keep_stages: frozenset[str],
+    run_id: str | None,
+) -> list[StageResult]:
     if input_uri is not None:
         check_input_complete(input_uri, members[0][0].name)
     started = time.perf_counter()
     first, first_cfg = members[0]
     shards = first.plan(first_cfg, input_uri)
-    dirs = [StageDir(out, spec.name) for spec, _ in members]
+    dirs = [StageDir(out, spec.name, extra=spec.folders) for spec, _ in members]
     keep = kept_rows(members, opts, keep_stages)
     requests = [fingerprint for fingerprint, _ in group_plans(members, [cfg for _, cfg in members], keep, shards, out)]
     if opts.dry_run:
@@ -125,7 +144,7 @@ def _run_group(
     executor.check_shared({"--out": out, **({"--input": input_uri} if input_uri is not None else {})})
     executor.take_busy()  # from here on, this group's
     executor.take_workers()
-    run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    run_id = run_id or new_run_id()
     source = None if first.reads_records else members[0]  # a pass of a fused stage reads through ingest
     ctx = StageContext(out, input_uri, shards, opts.overwrite, run_id, executor.map,
                       partial(_run_pass, out, input_uri, shards, opts, executor, run_id, source),
@@ -162,12 +181,14 @@ def _run_group(
     for i, ((spec, _), cfg, stage_dir) in enumerate(zip(members, cfgs, dirs, strict=True)):
         spec.after_shards(cfg, ctx)
         read_from = input_uri if i == 0 else dirs[i - 1].uri
-        fused = io.join(stage_dir.root, FUSED)
+        fused = stage_dir.marker(FUSED)
         if keep[i]:
             if io.exists(stage_dir.fs, fused):
                 stage_dir.fs.delete_file(fused)
-        else:
+        else:  # no kept rows: no folder of them either
             io.write_bytes_atomic(stage_dir.fs, fused, members[i + 1][0].name.encode())
+            if io.exists(stage_dir.fs, stage_dir.root) and not io.expand(stage_dir.fs, stage_dir.root):
+                stage_dir.fs.delete_dir(stage_dir.root)
         completed = stage_dir.mark_complete(
             dump_yaml({"stage": spec.name, "input": read_from, "config": to_dict(cfg)}),
             ran=bool(pending), input_name=input_name, input_id=input_id,
@@ -175,7 +196,7 @@ def _run_group(
         input_name, input_id = stage_dir.stage, completed  # what the group's next stage read
         result = StageResult(spec.name, len(shards), len(pending), seconds=time.perf_counter() - started)
         result.fused_after = members[i - 1][0].name if i else None
-        for marker in io.expand(stage_dir.fs, io.join(stage_dir.root, SHARDS), suffix=".json"):
+        for marker in io.expand(stage_dir.fs, io.join(stage_dir.state, SHARDS), suffix=".json"):
             summary = json.loads(io.read_text(stage_dir.fs, marker))
             for key in ("docs_in", "docs_out", "docs_removed", "errors", "bytes_out"):
                 setattr(result, key, getattr(result, key) + summary[key])
@@ -194,7 +215,7 @@ def _run_pending(
 ) -> None:
     """Run the pending shards of `job`; a one-line error unless every stage of it then has all its shards.
 
-    A shard left uncommitted (its store was down) keeps the stage unfinished: no _SUCCESS, so the next run
+    A shard left uncommitted (its store was down) keeps the stage unfinished: no SUCCESS, so the next run
     redoes exactly those shards; the finished ones are kept."""
     summaries = executor.run_shards(job, pending, num_gpus=num_gpus) if pending else []
     for stage_dir in job.dirs:
@@ -236,9 +257,8 @@ def _stage_folder(uri: str | None) -> StageDir | None:
     """The stage folder at `uri` (an earlier stage's output: it has a plan), or None (`--input` elsewhere)."""
     if uri is None:
         return None
-    out, _, name = uri.rstrip("/").rpartition("/")
-    folder = StageDir(out, name) if out else None
-    return folder if folder is not None and io.exists(folder.fs, folder.plan_path) else None
+    folder = StageDir.of(uri)
+    return folder if io.exists(folder.fs, folder.plan_path) else None
 
 
 @dataclass(frozen=True)
@@ -316,14 +336,15 @@ def _run_pipeline(
         names = [spec.name for spec, _ in pipeline.stages]
         io.write_bytes_atomic(fs, io.join(root, PIPELINE), json.dumps({"stages": names}).encode())
         config = dump_yaml(resolved_config(pipeline, opts)).encode()
-        io.write_bytes_atomic(fs, io.join(root, CONFIG), config)
+        io.write_bytes_atomic(fs, io.join(root, RUN_CONFIG), config)
     results: list[StageResult] = []
     previous: str | None = None  # the last stage run
     executor = opts.executor()
+    run_id = new_run_id()  # one for the whole `stackcurate run`: its stats and report name it
     try:
         for group in plan_groups(pipeline.stages):
             input_uri = group_input(pipeline.out, group[0][0], previous)
-            for result in _run_group(group, pipeline.out, opts, input_uri, executor, pipeline.keep):
+            for result in _run_group(group, pipeline.out, opts, input_uri, executor, pipeline.keep, run_id):
                 results.append(result)
                 if report is not None:
                     report(result)

@@ -1,7 +1,7 @@
 """The run report: what a run did, for the people who must sign off a dataset.
 
 `stackcurate report OUT` (also run at the end of `stackcurate run`) writes `OUT/report/`:
-- `summary.json`: every number of the page, from the run's own `stats/` and `removed/` through DuckDB (the
+- `summary.json`: every number of the page, from the run's own `_stats/` and `_removed/` through DuckDB (the
   views of `stackcurate query`), so it always agrees with `stackcurate stats`;
 - `index.html`: one static page that opens offline: charts are inline SVG (no script, no font or style sheet
   from elsewhere, no request);

@@ -4,7 +4,7 @@ from typing import Any
 
 import yaml
 
-from stackcurate.report.summary import SIZES
+from stackcurate.report.summary import SIZES, plural, runs_line
 
 
 def _size_category(n: int) -> str:
@@ -27,11 +27,12 @@ def card(summary: dict[str, Any]) -> str:
             {"config_name": "default", "data_files": [{"split": "train", "path": f"{final['stage']}/*.parquet"}]}
         ],
     }
-    steps = "\n".join(f"- **{f['stage']}**: {f['docs_in']:,} files in, {f['docs_out']:,} kept, {f['docs_removed']:,} "
-                      f"removed, {f['docs_error']:,} errors" for f in summary["funnel"])  # fmt: skip
-    reasons = "\n".join(f"- {r['stage']} / {r['reason']}: {r['docs']:,} files" for r in summary["removed_by_reason"])
+    steps = "\n".join(f"- **{f['stage']}**: {f['docs_in']:,} in, {f['docs_out']:,} kept, {f['docs_removed']:,} "
+                      f"removed, {plural(f['docs_error'], 'error')}" for f in summary["funnel"])  # fmt: skip
+    reasons = "\n".join(f"- {r['stage']} / {r['reason']}: {plural(r['docs'], 'file')}"
+                        for r in summary["removed_by_reason"])  # fmt: skip
     return (f"---\n{yaml.safe_dump(header, sort_keys=False)}---\n\n# A code dataset curated with stackcurate\n\n"
-            f"Files of source code, curated by the stages below (run {', '.join(summary['run']['run_ids'])}). The "
+            f"Files of source code, curated by the stages below ({runs_line(summary['run']['run_ids'])}). The "
             f"final rows are `{final['stage']}/*.parquet` of the output folder (copy this card to its top to publish "
             f"it). Licenses vary by file: see each row's `license_type` and `detected_licenses`.\n\n"
             f"## Curation steps\n\n"

@@ -1,11 +1,12 @@
 """The report's page: one static HTML file that opens offline (inline SVG charts, no script, no request)."""
 
 import html
+import re
 from typing import Any
 
 import yaml
 
-from stackcurate.report.summary import COUNTS, TOP
+from stackcurate.report.summary import COUNTS, TOP, runs_line
 
 
 def _bars(title: str, items: list[tuple[str, float]], unit: str = "") -> str:
@@ -21,10 +22,16 @@ def _bars(title: str, items: list[tuple[str, float]], unit: str = "") -> str:
         y = i * row
         marks.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{html.escape(str(label)[:36])}</text>'
                      f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" fill="#4878a8"/>'
-                     f'<text x="{label_w + w + 6:.1f}" y="{y + 15}">{value:,.0f}{unit}</text>')  # fmt: skip
+                     f'<text x="{label_w + w + 6:.1f}" y="{y + 15}">{_amount(value)}{unit}</text>')  # fmt: skip
     svg = (f'<svg class=chart width="{width}" height="{len(items) * row}" font-size="12" '
            f'font-family="sans-serif">{"".join(marks)}</svg>')  # fmt: skip
     return f"<h3>{html.escape(title)}</h3>{svg}"
+
+
+def _amount(value: float) -> str:
+    """A bar's number: whole above 100 (`1,234`), else three significant digits, so that a small run's MB do
+    not all read `0`."""
+    return f"{value:,.0f}" if abs(value) >= 100 or float(value).is_integer() else f"{value:.3g}"
 
 
 def _stacked(title: str, rows: dict[str, dict[str, float]], order: list[str], unit: str = "") -> str:
@@ -46,7 +53,7 @@ def _stacked(title: str, rows: dict[str, dict[str, float]], order: list[str], un
                 marks.append(f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" fill="{colour}">'
                              f"<title>{name}</title></rect>")  # fmt: skip
                 x += w
-        marks.append(f'<text x="{x + 6:.1f}" y="{y + 15}">{sum(rows[label].values()):,.1f}{unit}</text>')
+        marks.append(f'<text x="{x + 6:.1f}" y="{y + 15}">{_amount(sum(rows[label].values()))}{unit}</text>')
     legend = " ".join(f'<span style="color:{colours[k % len(colours)]}">&#9632;</span> {html.escape(part)}'
                       for k, part in enumerate(order))  # fmt: skip
     svg = (f'<svg class=chart width="{width}" height="{len(labels) * row}" font-size="12" '
@@ -91,7 +98,7 @@ def page(summary: dict[str, Any]) -> str:
     """The report as one HTML page with inline SVG charts and nothing fetched from elsewhere."""
     funnel = summary["funnel"]
     parts = [f"<h1>stackcurate run report</h1><p>{html.escape(summary['run']['out'])} · written "
-             f"{summary['run']['written']} · run {', '.join(summary['run']['run_ids'])}</p>"]  # fmt: skip
+             f"{summary['run']['written']} · {runs_line(summary['run']['run_ids'])}</p>"]  # fmt: skip
     if stale := summary["run"].get("stale"):
         each = ", ".join(f"{s['stage']} ({s['why']})" for s in stale)
         parts.append(f"<p><strong>Stale</strong>: {html.escape(each)}: made from an output rerun since; the "
@@ -99,7 +106,7 @@ def page(summary: dict[str, Any]) -> str:
     kept = [(f["stage"], f["docs_out"]) for f in funnel]
     mb = [(f["stage"], f["bytes_out"] / 1e6) for f in funnel]
     table = _table(funnel, ["stage", *COUNTS, "seconds"])
-    parts.append("<h2>1. Funnel</h2>" + _bars("Files kept", kept) + _bars("MB kept", mb, " MB") + table)
+    parts.append("<h2>Funnel</h2>" + _bars("Files kept", kept) + _bars("MB kept", mb, " MB") + table)
     if summary["tokens"]:
         parts.append(f"<p>Tokens in the Megatron shards: <b>{summary['tokens']:,}</b></p>")
     by_stage: dict[str, list[dict[str, Any]]] = {}
@@ -108,7 +115,7 @@ def page(summary: dict[str, Any]) -> str:
             by_stage.setdefault(r["stage"], []).append(r)
     ordered = [stage for stage in summary["stages"] if stage in by_stage]  # pipeline order
     if ordered:
-        parts.append("<h2>2. Languages</h2>")
+        parts.append("<h2>Languages</h2>")
         for stage in dict.fromkeys([ordered[0], ordered[-1]]):  # the first stage that knows them, and the last
             mb = [(r["language"], r["bytes"] / 1e6) for r in by_stage[stage]]
             parts.append(_bars(f"MB per language after {stage}", mb, " MB"))
@@ -127,7 +134,7 @@ def page(summary: dict[str, Any]) -> str:
     if summary["tokens_by_language"]:
         parts.append(_bars("Tokens per language (the Megatron shards)",
                            [(r["language"], r["tokens"]) for r in summary["tokens_by_language"]]))  # fmt: skip
-    parts.append("<h2>3. Removed, by stage and reason</h2>")
+    parts.append("<h2>Removed, by stage and reason</h2>")
     for stage in summary["stages"]:
         rows = [r for r in summary["removed_by_reason"] if r["stage"] == stage]
         if rows:
@@ -136,11 +143,11 @@ def page(summary: dict[str, Any]) -> str:
             shown = ["reason", "path", "repo_name", "detail"] + (["line"] if any(r["line"] for r in examples) else [])
             parts.append(_table(examples, shown))
     if summary["filter_scores"]:
-        parts.append("<h2>4. Filter scores and their thresholds</h2>")
+        parts.append("<h2>Filter scores and their thresholds</h2>")
         parts += [_histogram(score) for score in summary["filter_scores"]]
     if summary["dedup"]:
         parts.append(
-            "<h2>5. Dedup</h2>" + _bars("Clusters by size", [(r["size"], r["clusters"]) for r in summary["dedup"]])
+            "<h2>Dedup</h2>" + _bars("Clusters by size", [(r["size"], r["clusters"]) for r in summary["dedup"]])
         )
     if summary["dedup_largest"]:
         columns = ["cluster_id", "size", "exact", "near", "kept_path", "kept_repo"]
@@ -152,7 +159,7 @@ def page(summary: dict[str, Any]) -> str:
         ids = [(r["license"], r["files"]) for r in summary["license_ids"]]
         removed = [(r["reason"], r["docs"]) for r in summary["removed_by_reason"] if r["stage"] == "license"]
         opt = summary["opt_out"]
-        parts.append("<h2>6. Licenses and opt-out</h2>"
+        parts.append("<h2>Licenses and opt-out</h2>"
                      f"<p>Opt-out: <b>{opt['origins']:,}</b> origins left out before the graph walk, "
                      f"<b>{opt['files']:,}</b> files ({opt['bytes'] / 1e6:,.2f} MB) of opted-out repositories or "
                      "owners removed by the license stage.</p>"
@@ -161,18 +168,18 @@ def page(summary: dict[str, Any]) -> str:
                      + (_bars("Files by detected license", ids) if ids else ""))  # fmt: skip
     if summary["pii"]:
         redacted = [(r["entity"], r["spans"]) for r in summary["pii"] if r["metric"] == "spans_redacted"]
-        parts.append("<h2>7. PII</h2>" + _bars("Spans redacted by entity", redacted)
+        parts.append("<h2>PII</h2>" + _bars("Spans redacted by entity", redacted)
                      + _table(summary["pii"], ["metric", "entity", "spans"])
                      + _table(summary["pii_detectors"], ["entity", "detector", "spans", "files", "replaced"])
                      + "<h3>Examples (the replacement written; the text is not shown)</h3>"
                      + _table(summary["pii_examples"], ["entity", "detector", "replacement", "path"]))  # fmt: skip
     if summary["decontamination"]:
         hits = [(r["detail"] or r["reason"], r["files"]) for r in summary["decontamination"]]
-        parts.append("<h2>8. Decontamination</h2>" + _bars("Files removed by benchmark and task", hits)
+        parts.append("<h2>Decontamination</h2>" + _bars("Files removed by benchmark and task", hits)
                      + _table(summary["decontamination"], ["reason", "detail", "files"]))  # fmt: skip
     columns = ["stage", "wall_seconds", "mb_in", "mb_per_s", "workers", "mb_per_s_per_core", "own_seconds",
                "peak_worker_mb"]  # fmt: skip
-    parts.append("<h2>9. How each stage ran</h2><p>Wall time is the stage's runs (a fused stage: its group's); "
+    parts.append("<h2>How each stage ran</h2><p>Wall time is the stage's runs (a fused stage: its group's); "
                  "MB/s per core is MB/s over the workers, one core each; the peak is a worker's largest resident "
                  "memory over one shard.</p>" + _table(summary["performance"], columns)
                  + _bars("Wall seconds per stage", [(p["stage"], p["wall_seconds"]) for p in summary["performance"]],
@@ -183,11 +190,13 @@ def page(summary: dict[str, Any]) -> str:
             if rows:
                 parts.append(f"<h3>{html.escape(stage)}: examples of errors</h3>"
                              + _table(rows, ["reason", "origin", "detail"]))  # fmt: skip
-    parts.append("<h2>10. Configuration and versions</h2><pre>"
+    parts.append("<h2>Configuration and versions</h2><pre>"
                  + html.escape(yaml.safe_dump({"versions": summary["run"]["versions"], "config": summary["config"]},
                                               sort_keys=False)) + "</pre>")  # fmt: skip
     style = ("body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;"
              "font-size:12px;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
              "pre{background:#f6f6f6;padding:1em;font-size:11px;overflow:auto}.none{color:#888}")  # fmt: skip
+    numbers = iter(range(1, 100))  # the sections a run has, numbered in order (a stage that removed nothing has none)
+    body = re.sub("<h2>", lambda _: f"<h2>{next(numbers)}. ", "".join(parts))
     return (f"<!doctype html><html><head><meta charset=utf-8><title>stackcurate report</title><style>{style}</style>"
-            f"</head><body>{''.join(parts)}</body></html>\n")  # fmt: skip
+            f"</head><body>{body}</body></html>\n")  # fmt: skip

@@ -13,7 +13,7 @@ import yaml
 
 from stackcurate.core.counters import LARGEST
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.layout import CONFIG, FUSED
+from stackcurate.core.layout import CONFIG, FUSED, STATE
 from stackcurate.query import connect, stale_stages
 from stackcurate.stages import stage_order
 
@@ -55,6 +55,18 @@ SIZES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_
          (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))  # fmt: skip
 HISTOGRAM_BINS = 30
 LIBRARIES = ("stackcurate", "pyarrow", "duckdb", "ray", "obstore", "tokenizers", "presidio-analyzer", "torch")
+
+
+def runs_line(run_ids: list[str]) -> str:
+    """The runs an output was made by, for a header: `run X`, or the last and how many before it (a stage rerun,
+    a resumed run)."""
+    if len(run_ids) <= 1:
+        return f"run {''.join(run_ids) or '?'}"
+    return f"run {run_ids[-1]} (and {len(run_ids) - 1} earlier)"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 def _rows(con: Any, sql: str) -> list[dict[str, Any]]:
@@ -137,7 +149,7 @@ def summarize(out: str | Path) -> dict[str, Any]:
         "pii_examples": _rows(con, PII_EXAMPLES_SQL) if spans else [],
         "dedup_largest": _largest_clusters(con, views, stages),
         "decontamination": _rows(con, DECONTAMINATION_SQL) if "decontaminate_removed" in views else [],
-        "config": {s: _config(out / s) for s in stages},
+        "config": {s: _config(out, s) for s in stages},
         "filter_scores": _filter_scores(con, views, stages, out),
     }
     return summary
@@ -190,9 +202,9 @@ def _columns(con: Any, view: str) -> set[str]:
 def _filter_scores(con: Any, views: list[str], stages: list[str], out: Path) -> list[dict[str, Any]]:
     """For each filter rule with a number: its score's histogram over the files filter saw (its removed rows
     and the kept rows of the first later stage that wrote them) and the threshold."""
-    config = _config(out / "filter")
+    config = _config(out, "filter")
     written = [s for s in stages[stages.index("filter") :] if s in views] if "filter" in stages else []
-    kept = next((s for s in written if s != "filter" or not (out / "filter" / FUSED).exists()), None)
+    kept = next((s for s in written if s != "filter" or not (out / STATE / "filter" / FUSED).exists()), None)
     if config is None or kept is None:
         return []
     from stackcurate.stages.filter import parse_overrides
@@ -261,8 +273,8 @@ def _licenses(con: Any, views: list[str], stages: list[str]) -> list[dict[str, A
     return _rows(con, f'select license_type, count(*) as docs from "{final}" group by all order by docs desc')
 
 
-def _config(stage_dir: Path) -> Any:
-    path = stage_dir / CONFIG
+def _config(out: Path, stage: str) -> Any:
+    path = out / STATE / stage / CONFIG
     return yaml.safe_load(path.read_text()) if path.exists() else None
 
 

@@ -3,8 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
-from tqdm import tqdm
-
+from stackcurate.core import progress
 from stackcurate.core.contract import Shard
 from stackcurate.core.shards import ShardJob
 
@@ -22,7 +21,7 @@ class LocalExecutor:
         if self._key != job.key:
             self._stages, self._key = job.build(), job.key
         summaries = []
-        with tqdm(total=len(shards), desc=job.name, unit="shard", disable=not self.progress or not shards) as bar:
+        with progress.bar(job.name, len(shards), "shard", self.progress and bool(shards)) as bar:
             for shard in shards:
                 self._ran = True
                 summaries.append(job.run(self._stages, shard))
@@ -45,8 +44,10 @@ class LocalExecutor:
         """`fn(*item)` for each item, in order."""
         results = []
         self._ran = self._ran or bool(items)
-        for item in tqdm(items, desc=desc, unit="task", disable=not self.progress or not items or desc is None):
-            results.append(fn(*item))
+        with progress.bar(desc or "", len(items), "task", self.progress and bool(items) and desc is not None) as bar:
+            for item in items:
+                results.append(fn(*item))
+                bar.update()
         return results
 
     def close(self) -> None:

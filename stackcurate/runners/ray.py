@@ -28,8 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from tqdm import tqdm
-
+from stackcurate.core import progress
 from stackcurate.core.contract import Shard
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.shards import ShardJob
@@ -122,10 +121,8 @@ class RayExecutor:
         pool, concurrency = self._pool_for(num_gpus, label)
         concurrency = min(concurrency, len(items))
         self._workers = max(self._workers, concurrency)
-        with tqdm(
-            total=len(items), desc=f"{label} ({max(concurrency, pool.size)} workers)", unit=noun,
-            disable=not self.progress or not bar,
-        ) as shown:  # fmt: skip
+        desc = f"{label} ({max(concurrency, pool.size)} workers)"
+        with progress.bar(desc, len(items), noun, self.progress and bar) as shown:
             try:
                 return Scheduler(pool, concurrency, label, noun, shown).run(items)
             except BaseException:

@@ -41,8 +41,8 @@ class Source(ABC):
     Attributes:
         name: The `kind` of the shards it plans (ingest reads a shard with the source of that name). A plan's
             fingerprint holds it: a source renamed makes earlier runs of ingest start over.
-        error_reasons: The reasons of its raw rows that are bad input (ingest writes them to `errors/`); its
-            other reasons are removals (`removed/`).
+        error_reasons: The reasons of its raw rows that are bad input (ingest writes them to `_errors/`); its
+            other reasons are removals (`_removed/`).
         option: The ingest setting that names its inputs (`metadata`, `bundles`, `repos`), for a source read
             from ingest's own settings; None for one with settings of its own (`config`). Sources that share an
             option (the two kinds of vault bundle) number its inputs by their place in it (`source_index`), and

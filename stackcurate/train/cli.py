@@ -22,7 +22,7 @@ Rerunning the same command resumes from the last checkpoint in --out; a rerun wi
 result is refused (--overwrite starts anew). Ends with the loss curve: the training loss and the loss on the
 held-out tokens.
 
-    stackcurate train --data work/demo/tokenize/megatron --out work/demo/train --steps 300
+    stackcurate train --data work/demo/megatron --out work/demo/train --steps 300
     torchrun --nproc-per-node 8 -m stackcurate.train.cli train --data ... --out ... --preset 125m
 """
 GENERATE = r"""Complete code with a checkpoint of `stackcurate train`, or fill in the middle with --suffix.

@@ -30,7 +30,7 @@ def _read_index(prefix: Path) -> tuple[np.dtype, np.ndarray, np.ndarray]:
 
 
 class Shards:
-    """Every document of a `tokenize/megatron` folder (its manifest lists the shards)."""
+    """Every document of a `megatron` folder (the tokenize stage's) (its manifest lists the shards)."""
 
     def __init__(self, folder: str | Path) -> None:
         folder = Path(folder)

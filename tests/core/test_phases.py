@@ -42,8 +42,8 @@ def test_a_completed_folder_of_the_same_settings_is_reused(tmp_path):
     phases = _ctx(tmp_path).phases("work", {"k": 1})
     phases.run("square", Calls().square, [(1,)])
     phases.complete()
-    assert (tmp_path / "work" / SUCCESS).exists()
-    assert not (tmp_path / "work" / "_work").exists()  # scratch files dropped
+    assert (tmp_path / "_state" / "work" / SUCCESS).exists()
+    assert not (tmp_path / "_state" / "work" / "work").exists()  # scratch files dropped
     assert _ctx(tmp_path).phases("work", {"k": 1}).done
 
 
@@ -54,7 +54,7 @@ def test_other_settings_or_input_need_overwrite(tmp_path, settings, shards):
         _ctx(tmp_path, shards=shards).phases("work", settings)
     phases = _ctx(tmp_path, overwrite=True, shards=shards).phases("work", settings)
     assert not phases.done
-    assert not (tmp_path / "work" / SUCCESS).exists()
+    assert not (tmp_path / "_state" / "work" / SUCCESS).exists()
 
 
 def test_drop_removes_scratch_files_of_a_phase(tmp_path):
@@ -62,16 +62,16 @@ def test_drop_removes_scratch_files_of_a_phase(tmp_path):
     phases.fs.create_dir(phases.work("buckets"), recursive=True)
     phases.fs.create_dir(phases.work("signatures"), recursive=True)
     phases.drop("buckets")
-    assert sorted(p.name for p in (tmp_path / "work" / "_work").iterdir()) == ["signatures"]
-    assert phases.work_uri("x") == f"{phases.uri}/_work/x"
+    assert sorted(p.name for p in (tmp_path / "_state" / "work" / "work").iterdir()) == ["signatures"]
+    assert phases.work_uri("x") == f"{tmp_path}/_state/work/work/x"
 
 
 def test_a_folder_of_the_stage_s_own_is_never_marked_complete(tmp_path):
     phases = _ctx(tmp_path).phases("tokenize", {}, own=True)
     phases.fs.create_dir(phases.work(), recursive=True)
     phases.complete()
-    assert not (tmp_path / "tokenize" / SUCCESS).exists()
-    assert not (tmp_path / "tokenize" / "_work").exists()
+    assert not (tmp_path / "_state" / "tokenize" / SUCCESS).exists()
+    assert not (tmp_path / "_state" / "tokenize" / "work").exists()
 
 
 def test_rounds_are_phases_of_their_own(tmp_path):
@@ -81,4 +81,4 @@ def test_rounds_are_phases_of_their_own(tmp_path):
         assert rounds.run("round0", calls.square, [(2,)]) == [4]
         assert rounds.run("round1", calls.square, [(2,)]) == [4]
     assert calls.items == [2, 2]
-    assert sorted(p.name for p in (tmp_path / "work" / "_work" / "_done").iterdir()) == ["round0", "round1"]
+    assert sorted(p.name for p in (tmp_path / "_state" / "work" / "work" / "done").iterdir()) == ["round0", "round1"]

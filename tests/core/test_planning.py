@@ -81,8 +81,8 @@ def test_check_failing_stops_the_plan(tmp_path):
 def test_plan_records_makes_one_shard_per_file_of_the_folder(tmp_path):
     for name, rows in (("00001.parquet", 3), ("00000.parquet", 70)):
         _parquet(tmp_path / name, rows)
-    (tmp_path / "stats").mkdir()
-    _parquet(tmp_path / "stats" / "00000.parquet", 1)  # not the folder's records
+    (tmp_path / "sub").mkdir()
+    _parquet(tmp_path / "sub" / "00000.parquet", 1)  # not the folder's records
     shards = plan_records(str(tmp_path))
     assert [(s.path.rsplit("/", 1)[1], s.start, s.stop) for s in shards] == [
         ("00000.parquet", 0, 70),

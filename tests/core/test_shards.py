@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from helpers import data_files, make_table, read_all, write_records
+from helpers import data_files, make_table, read_all, state, table_dir, write_records
 
 from stackcurate.core import io
 from stackcurate.core.contract import Shard, StageOutput, split_by_reason
@@ -96,12 +96,13 @@ def _run(out: Path, stages: list[Judge], shard: Shard, **kwargs) -> dict:
 
 
 def _stats(folder: Path) -> dict[tuple, float]:
-    rows = pq.read_table(folder / "stats" / "00000.parquet").to_pylist()
+    rows = pq.read_table(table_dir(folder, "stats") / "00000.parquet").to_pylist()
     return {(r["stage"], r["metric"], r["language"], r["reason"]): r["value"] for r in rows}
 
 
-def _files_under(folder: Path) -> list[str]:
-    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+def _files_under(out: Path) -> list[str]:
+    """Every file of a run folder."""
+    return sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
 
 
 # The files of one shard
@@ -112,15 +113,15 @@ def test_a_shard_writes_kept_removed_errors_stats_and_its_marker(tmp_path):
     summary = _run(tmp_path / "out", [Judge(JudgeConfig())], shard)
     folder = tmp_path / "out" / "judge"
     assert read_all(folder).column("content").to_pylist() == ["a", "ay", "c?"]
-    removed = pq.read_table(folder / "removed" / "00000.parquet")
+    removed = pq.read_table(table_dir(folder, "removed") / "00000.parquet")
     assert list(zip(removed["content"].to_pylist(), removed["reason"].to_pylist(), strict=True)) == [
         ("ax", "has_x"),
         ("axy", "has_x"),
     ]
-    errors = pq.read_table(folder / "errors" / "00000.parquet")
+    errors = pq.read_table(table_dir(folder, "errors") / "00000.parquet")
     assert errors.schema == ERROR_SCHEMA
     assert errors.select(["path", "reason"]).to_pylist() == [{"path": "/f3.py", "reason": "bad_input"}]
-    assert json.loads((folder / SHARDS / "00000.json").read_text()) == summary
+    assert json.loads((state(folder, SHARDS) / "00000.json").read_text()) == summary
     expected = {"shard": 0, "docs_in": 6, "docs_out": 3, "docs_removed": 2, "errors": 1, "bytes_out": 5}
     assert {k: summary[k] for k in expected} == expected
 
@@ -146,7 +147,7 @@ def test_a_shard_is_read_in_tables_of_batch_rows(tmp_path):
 def test_removed_rows_lose_their_content_when_asked(tmp_path):
     (shard,) = _shards(tmp_path, _files())
     _run(tmp_path / "out", [Judge(JudgeConfig())], shard, removed_content=False)
-    removed = pq.read_table(tmp_path / "out" / "judge" / "removed" / "00000.parquet")
+    removed = pq.read_table(table_dir(tmp_path / "out" / "judge", "removed") / "00000.parquet")
     assert removed.column("content").to_pylist() == [None, None]
     assert removed.column("path").to_pylist() == ["/f1.py", "/f5.py"]
 
@@ -158,7 +159,7 @@ def test_a_stage_raising_mid_shard_leaves_no_file_and_no_marker(tmp_path):
     (shard,) = _shards(tmp_path, _files())
     with pytest.raises(RuntimeError, match="died mid-shard"):
         _run(tmp_path / "out", [Judge(JudgeConfig(fail_at=1))], shard)
-    assert _files_under(tmp_path / "out" / "judge") == [PLAN]  # no temporary file either
+    assert _files_under(tmp_path / "out") == [f"_state/judge/{PLAN}"]  # no temporary file either
     assert StageDir(str(tmp_path / "out"), "judge").done_shards() == set()
 
 
@@ -169,7 +170,7 @@ def test_a_rerun_after_a_failed_shard_writes_the_bytes_of_an_uninterrupted_run(t
     _run(tmp_path / "out", [Judge(JudgeConfig())], shard)
     _run(tmp_path / "clean", [Judge(JudgeConfig())], shard)
     rerun, clean = data_files(tmp_path / "out"), data_files(tmp_path / "clean")
-    assert sorted(rerun) == ["judge/00000.parquet", "judge/errors/00000.parquet", "judge/removed/00000.parquet"]
+    assert sorted(rerun) == ["_errors/judge/00000.parquet", "_removed/judge/00000.parquet", "judge/00000.parquet"]
     assert rerun == clean
     assert StageDir(str(tmp_path / "out"), "judge").done_shards() == {0}
 
@@ -192,7 +193,7 @@ def test_the_markers_are_written_last_in_stage_order(tmp_path, monkeypatch):
     monkeypatch.setattr(io, "write_bytes_atomic", recorded_write)
     job.run(job.build(), shard)
     out = (tmp_path / "out").resolve()
-    assert events[-2:] == [f"{out}/judge/_shards/00000.json", f"{out}/judge_b/_shards/00000.json"]
+    assert events[-2:] == [f"{out}/_state/judge/shards/00000.json", f"{out}/_state/judge_b/shards/00000.json"]
     assert len(events) == 2 + 3 + 4  # stage a: removed, errors, stats; stage b: kept rows too
     assert all(e.endswith(".parquet") for e in events[:-2])
 
@@ -207,7 +208,7 @@ def test_a_store_that_is_down_leaves_the_shard_uncommitted(tmp_path):
     summary = _run(tmp_path / "out", [Unreachable(JudgeConfig())], shard)
     assert summary["unavailable"] == "store down"
     assert (summary["docs_in"], summary["docs_out"]) == (0, 0)
-    assert _files_under(tmp_path / "out" / "judge") == [PLAN]
+    assert _files_under(tmp_path / "out") == [f"_state/judge/{PLAN}"]
 
 
 def test_a_full_disk_is_a_one_line_error_naming_the_output(tmp_path):
@@ -218,7 +219,7 @@ def test_a_full_disk_is_a_one_line_error_naming_the_output(tmp_path):
     (shard,) = _shards(tmp_path, _files())
     with pytest.raises(StackcurateError, match=r"judge: no space left on the device holding .*out/judge \(writing"):
         _run(tmp_path / "out", [DiskFull(JudgeConfig())], shard)
-    assert _files_under(tmp_path / "out" / "judge") == [PLAN]
+    assert _files_under(tmp_path / "out") == [f"_state/judge/{PLAN}"]
 
 
 # Bad input
@@ -232,7 +233,7 @@ def test_a_reader_failure_is_one_error_row_and_the_shard_is_committed(tmp_path):
 
     (shard,) = _shards(tmp_path, _files())
     summary = _run(tmp_path / "out", [Broken(JudgeConfig())], shard)
-    errors = pq.read_table(tmp_path / "out" / "judge" / "errors" / "00000.parquet").to_pylist()
+    errors = pq.read_table(table_dir(tmp_path / "out" / "judge", "errors") / "00000.parquet").to_pylist()
     assert errors == [
         {
             "doc_id": None,
@@ -255,7 +256,7 @@ def test_an_unreadable_input_file_is_one_error_row_and_the_shard_is_committed(tm
     assert shard.kind == "unreadable"
     summary = _run(tmp_path / "out", [Judge(JudgeConfig())], shard)
     folder = tmp_path / "out" / "judge"
-    errors = pq.read_table(folder / "errors" / "00000.parquet").to_pylist()
+    errors = pq.read_table(table_dir(folder, "errors") / "00000.parquet").to_pylist()
     assert [(e["reason"], e["origin"], e["detail"]) for e in errors] == [
         ("unreadable_input", shard.path, shard.detail)
     ]
@@ -278,23 +279,22 @@ def test_a_fused_group_writes_each_stage_s_files_and_the_kept_rows_of_the_last(t
         assert read_all(a).column("content").to_pylist() == ["a", "ay", "c?"]
     else:
         assert not list(a.glob("*.parquet"))
-    assert pq.read_table(a / "removed" / "00000.parquet").column("content").to_pylist() == ["ax", "axy"]
-    assert pq.read_table(b / "removed" / "00000.parquet").column("reason").to_pylist() == ["has_y"]
-    assert pq.read_table(a / "errors" / "00000.parquet").column("path").to_pylist() == ["/f3.py"]
-    assert pq.read_table(b / "errors" / "00000.parquet").column("path").to_pylist() == ["/f4.py"]
+    assert pq.read_table(table_dir(a, "removed") / "00000.parquet").column("content").to_pylist() == ["ax", "axy"]
+    assert pq.read_table(table_dir(b, "removed") / "00000.parquet").column("reason").to_pylist() == ["has_y"]
+    assert pq.read_table(table_dir(a, "errors") / "00000.parquet").column("path").to_pylist() == ["/f3.py"]
+    assert pq.read_table(table_dir(b, "errors") / "00000.parquet").column("path").to_pylist() == ["/f4.py"]
     assert _stats(a)[("judge", "docs_in", "python", None)] == 6
     assert _stats(b)[("judge_b", "docs_in", "python", None)] == 3
     assert [t.column("content").to_pylist() for t in second.seen] == [["a"], ["ay"], ["c?"]]  # what the first kept
-    assert summary == json.loads((b / SHARDS / "00000.json").read_text())
-    assert json.loads((a / SHARDS / "00000.json").read_text())["docs_removed"] == 2
+    assert summary == json.loads((state(b, SHARDS) / "00000.json").read_text())
+    assert json.loads((state(a, SHARDS) / "00000.json").read_text())["docs_removed"] == 2
 
 
 def test_a_failure_in_the_second_stage_of_a_group_commits_neither(tmp_path):
     (shard,) = _shards(tmp_path, _files())
     with pytest.raises(RuntimeError):
         _run(tmp_path / "out", [Judge(JudgeConfig()), JudgeB(JudgeConfig(fail_at=1))], shard, keep=(True, True))
-    assert _files_under(tmp_path / "out" / "judge") == [PLAN]
-    assert _files_under(tmp_path / "out" / "judge_b") == [PLAN]
+    assert _files_under(tmp_path / "out") == [f"_state/judge/{PLAN}", f"_state/judge_b/{PLAN}"]
 
 
 # Kinds pass-through
@@ -323,7 +323,7 @@ def test_rows_of_other_kinds_come_out_untouched(tmp_path):
         "b",
         "another x issue",
     ]  # per table: kept, then passed
-    removed = pq.read_table(tmp_path / "out" / "judge" / "removed" / "00000.parquet")
+    removed = pq.read_table(table_dir(tmp_path / "out" / "judge", "removed") / "00000.parquet")
     assert removed.column("kind").to_pylist() == ["file"]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import helpers
 import pyarrow as pa
 import pytest
-from helpers import StageWrapper, data_files, sharded_records, wrapped_stage
+from helpers import StageWrapper, data_files, sharded_records, state, wrapped_stage
 
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
@@ -175,7 +175,7 @@ def test_a_lost_node_s_shards_finish_on_the_node_left(tmp_path, cluster, caplog)
         clean.docs_removed,
     )
     assert data_files(stage_dir) == data_files(tmp_path / "clean/language")
-    assert (stage_dir / "_SUCCESS").exists()
+    assert state(stage_dir, "SUCCESS").exists()
     assert not [p for p in stage_dir.rglob("*") if ".tmp-" in p.name]  # the lost attempt left nothing
 
     again = _language(tmp_path, "lost", opts)  # the rerun: nothing left to do, the same files
@@ -194,7 +194,9 @@ def test_a_run_that_loses_every_node_stops_in_one_line_and_resumes(tmp_path, clu
     hold.mkdir()
     # Shard 0 runs and commits; shards 1 and 2 are held, one on each node, when both nodes go.
     # (on a loaded machine the driver may not have fetched shard 0's result yet when the held shards start)
-    remover = _Remover(cluster, hold, count=2, pick="all", committed=tmp_path / "lost/language/_shards/00000.json")
+    remover = _Remover(
+        cluster, hold, count=2, pick="all", committed=tmp_path / "lost/_state/language/shards/00000.json"
+    )
     remover.start()
     opts = RunOptions(runner="ray", ray_address=cluster.address, progress=False)
     with pytest.raises(StackcurateError) as caught:
@@ -209,8 +211,8 @@ def test_a_run_that_loses_every_node_stops_in_one_line_and_resumes(tmp_path, clu
     )
     assert stopped - remover.removed_at < 120  # bounded: Ray's detection of the loss, then the 5 s
     stage_dir = tmp_path / "lost/language"
-    assert sorted(p.name for p in (stage_dir / "_shards").iterdir()) == ["00000.json"]
-    assert not (stage_dir / "_SUCCESS").exists()
+    assert sorted(p.name for p in state(stage_dir, "shards").iterdir()) == ["00000.json"]
+    assert not state(stage_dir, "SUCCESS").exists()
 
     cluster.add_node(num_cpus=1)  # a node comes back: the rerun does the three other shards
     again = _language(tmp_path, "lost", opts)

@@ -159,7 +159,7 @@ def test_a_shard_s_own_exception_reaches_the_driver_as_itself(tmp_path, ray_loca
     assert caught.value.args == error.args
     if isinstance(error, OSError):
         assert (caught.value.errno, caught.value.filename) == (errno.EACCES, "/data/out/00001.parquet")
-    assert not (tmp_path / "out/language/_SUCCESS").exists()
+    assert not (tmp_path / "out/_state/language/SUCCESS").exists()
 
 
 def _task(item: int) -> int:
@@ -214,7 +214,7 @@ def test_a_shard_that_kills_every_worker_stops_the_run_after_four_attempts(tmp_p
         str(caught.value),
     ), caught.value
     assert "\n" not in str(caught.value)
-    assert sorted(p.name for p in (tmp_path / "out/language/_shards").iterdir()) == ["00000.json", "00002.json"]
+    assert sorted(p.name for p in (tmp_path / "out/_state/language/shards").iterdir()) == ["00000.json", "00002.json"]
 
 
 def test_workers_do_not_size_the_embedded_ray(monkeypatch, tmp_path):

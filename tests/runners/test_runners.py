@@ -9,7 +9,7 @@ from pathlib import Path
 
 import helpers
 import pytest
-from helpers import StageWrapper, data_files, free_port, read_all, sharded_records, wrapped_stage
+from helpers import StageWrapper, data_files, free_port, read_all, sharded_records, state, wrapped_stage
 
 from stackcurate.core.config import build_config
 from stackcurate.pipeline import RunOptions, run_stage
@@ -132,13 +132,13 @@ def test_interrupted_stage_reruns_to_the_same_result(tmp_path):
     with pytest.raises(_Crash):
         run_stage(crashing, cfg, str(tmp_path / "rerun"), opts, input_uri=str(tmp_path / "in"))
     stage_dir = tmp_path / "rerun/language"
-    assert not (stage_dir / "_SUCCESS").exists()
-    assert sorted(p.name for p in (stage_dir / "_shards").iterdir()) == ["00000.json", "00001.json"]
+    assert not state(stage_dir, "SUCCESS").exists()
+    assert sorted(p.name for p in state(stage_dir, "shards").iterdir()) == ["00000.json", "00001.json"]
     assert not (stage_dir / "00002.parquet").exists()  # nothing half-written is visible
 
     again = run_stage(spec, cfg, str(tmp_path / "rerun"), opts, input_uri=str(tmp_path / "in"))
     assert again.shards_run == 2  # shards 0 and 1 were kept from the first run
-    assert (stage_dir / "_SUCCESS").exists()
+    assert state(stage_dir, "SUCCESS").exists()
     assert not [p for p in stage_dir.rglob("*") if ".tmp-" in p.name]
     assert data_files(stage_dir) == data_files(tmp_path / "clean/language")
     assert (again.docs_in, again.docs_out) == (clean.docs_in, clean.docs_out)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import data_files, doc_block, read_all, write_files
+from helpers import data_files, doc_block, read_all, state, table_dir, write_files
 
 from stackcurate.cli import main
 from stackcurate.core import io
@@ -62,7 +62,7 @@ def test_the_doc_s_source_runs_in_a_pipeline_and_a_rerun_redoes_only_what_failed
     monkeypatch.setattr(zip_source.ZipArchives, "read", down_for_b)
     assert main(run) == 2
     out = tmp_path / "work" / "zips" / "ingest"
-    assert sorted(p.name for p in (out / "_shards").iterdir()) == ["00000.json", "00002.json"]
+    assert sorted(p.name for p in state(out, "shards").iterdir()) == ["00000.json", "00002.json"]
 
     reads = []
 
@@ -80,9 +80,9 @@ def test_the_doc_s_source_runs_in_a_pipeline_and_a_rerun_redoes_only_what_failed
     assert {r["source"] for r in kept.values()} == {"zip"}
     assert kept["/y.py"]["repo_name"] == "b.zip"
     assert kept["/y.py"]["doc_id"] == (1 << DOC_ID_ORDINAL_BITS) | 0  # the second input, its first file
-    removed = read_all(out / "removed", with_reason(FILE_SCHEMA)).to_pylist()
+    removed = read_all(table_dir(out, "removed"), with_reason(FILE_SCHEMA)).to_pylist()
     assert [(r["path"], r["reason"]) for r in removed] == [("/pkg/lib.so", "binary")]  # ingest's own check
-    errors = read_all(out / "errors", ERROR_SCHEMA).to_pylist()
+    errors = read_all(table_dir(out, "errors"), ERROR_SCHEMA).to_pylist()
     assert [(r["origin"], r["reason"]) for r in errors] == [(str(tmp_path / "archives" / "c.zip"), "corrupt_zip")]
     saved = yaml.safe_load((tmp_path / "work" / "zips" / "_config.yaml").read_text())
     entry = {"zip_source:ZipArchives": {"archives": [str(tmp_path / "archives" / "*.zip")]}}

@@ -192,4 +192,4 @@ def test_corrupt_metadata_file_among_good_ones(tmp_path):
     assert sorted(Path(e["origin"]).name for e in errors) == ["00001.parquet", "00002.parquet"]
     assert {e["reason"] for e in errors} == {"unreadable_input"}
     assert all(e["detail"] for e in errors)
-    assert (tmp_path / "out/ingest/_SUCCESS").exists()
+    assert (tmp_path / "out/_state/ingest/SUCCESS").exists()

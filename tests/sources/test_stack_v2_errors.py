@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import free_port, make_table, read_all, stack_v2_layout, write_records
+from helpers import free_port, make_table, read_all, stack_v2_layout, state, table_dir, write_records
 
 from stackcurate.cli import main
 from stackcurate.core.config import build_config
@@ -43,10 +43,7 @@ def _run(out: Path, runner: str = "local", **values: object) -> StageResult:
 
 def _outputs(out: Path) -> dict[str, bytes]:
     """The bytes of every kept, removed and error file of the ingest output (stats hold the run id)."""
-    stage = out / "ingest"
-    return {
-        str(p.relative_to(stage)): p.read_bytes() for p in sorted(stage.rglob("*.parquet")) if p.parent.name != "stats"
-    }
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.parquet")) if "_stats" not in p.parts}
 
 
 def _new_store() -> str:
@@ -201,12 +198,14 @@ def test_store_down_is_not_recorded_as_done_and_a_rerun_finishes(tmp_path, monke
     assert re.fullmatch(expected, line), line
     assert elapsed < 60, f"a refused port took {elapsed:.1f} s"  # measured: 0.2 s local, 1.5-2.9 s on Ray
     stage = out / "ingest"
-    assert not (stage / "_SUCCESS").exists()
-    assert sorted(p.name for p in (stage / "_shards").iterdir()) == ["00003.json"]
+    assert not state(stage, "SUCCESS").exists()
+    assert sorted(p.name for p in state(stage, "shards").iterdir()) == ["00003.json"]
     assert sorted(p.name for p in stage.glob("*.parquet")) == ["00003.parquet"]
-    assert read_all(stage / "errors", ERROR_SCHEMA).num_rows == 0, "no fetch_failed rows: nothing was recorded"
-    assert not list(stage.rglob("*.tmp-*"))
-    repo_shard = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(stage.rglob("00003.*"))}
+    assert read_all(table_dir(stage, "errors"), ERROR_SCHEMA).num_rows == 0, (
+        "no fetch_failed rows: nothing was recorded"
+    )
+    assert not list(out.rglob("*.tmp-*"))
+    repo_shard = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("00003.*"))}
     assert len(repo_shard) == 5  # kept, removed, errors, stats, marker
 
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -220,8 +219,8 @@ def test_store_down_is_not_recorded_as_done_and_a_rerun_finishes(tmp_path, monke
         server.stop()
     assert (result.shards, result.shards_run) == (4, 3), "the rerun redoes only the unfinished shards"
     assert (result.docs_in, result.docs_out, result.docs_removed, result.errors) == (6, 6, 0, 0)
-    assert (stage / "_SUCCESS").exists()
-    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(stage.rglob("00003.*"))} == repo_shard
+    assert state(stage, "SUCCESS").exists()
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("00003.*"))} == repo_shard
     assert _outputs(out) == _outputs(reference), "interrupted by the outage, then rerun = one uninterrupted run"
     kept = read_all(stage, FILE_SCHEMA)
     assert sorted(kept.column("path").to_pylist()) == sorted([p for p, _ in FILES] + ["/local.py"])
@@ -247,7 +246,7 @@ def test_throttling_and_server_errors_are_retried(tmp_path, s3_endpoint):
     result, proxy = _through_proxy(tmp_path, s3_endpoint, first_statuses=[503, 429, 500, 502])
     assert proxy.answered == {503: 1, 429: 1, 500: 1, 502: 1}
     assert (result.shards_run, result.docs_out, result.errors) == (3, 5, 0)
-    assert (tmp_path / "out/ingest/_SUCCESS").exists()
+    assert (tmp_path / "out/_state/ingest/SUCCESS").exists()
     assert _outputs(tmp_path / "out") == _outputs(tmp_path / "direct")
 
 
@@ -281,10 +280,10 @@ def test_a_shard_whose_reads_keep_failing_is_redone_by_the_next_run(tmp_path, s3
         assert re.fullmatch(expected, line), line
         assert proxy.answered[500] == 1 + FAST["fetch_retries"]
         stage = tmp_path / "out/ingest"
-        assert sorted(p.name for p in (stage / "_shards").iterdir()) == ["00001.json", "00002.json"]
+        assert sorted(p.name for p in state(stage, "shards").iterdir()) == ["00001.json", "00002.json"]
         # Shards 1 and 2 ran after shard 0 gave up: each read had one try, which the store answered.
         assert sorted(read_all(stage, FILE_SCHEMA).column("path").to_pylist()) == ["/pkg/m2.py", "/pkg/m4.py"]
-        errors = read_all(stage / "errors", ERROR_SCHEMA).to_pylist()
+        errors = read_all(table_dir(stage, "errors"), ERROR_SCHEMA).to_pylist()
         assert [(e["path"], e["reason"]) for e in errors] == [("/pkg/m3.py", "fetch_failed")]  # 403 is for good
         assert "403 Forbidden" in errors[0]["detail"]
 
@@ -293,7 +292,7 @@ def test_a_shard_whose_reads_keep_failing_is_redone_by_the_next_run(tmp_path, s3
         _run(tmp_path / "reference", **values)
     assert (result.shards, result.shards_run) == (3, 1)
     assert (result.docs_in, result.docs_out, result.errors) == (5, 4, 1)
-    assert (stage / "_SUCCESS").exists()
+    assert state(stage, "SUCCESS").exists()
     assert _outputs(tmp_path / "out") == _outputs(tmp_path / "reference")
 
 
@@ -377,7 +376,7 @@ def test_values_that_do_not_convert_are_error_rows_for_their_rows_only(tmp_path)
         assert kept[path]["content"] == data.decode() and kept[path]["length_bytes"] == len(data)
         assert kept[path]["star_events_count"] == 3
         assert kept[path]["visit_date"] == datetime(2024, 1, 2, 3, 4, 5)
-    errors = read_all(stage / "errors", ERROR_SCHEMA).to_pylist()
+    errors = read_all(table_dir(stage, "errors"), ERROR_SCHEMA).to_pylist()
     assert {e["path"]: (e["reason"], e["detail"]) for e in errors} == {
         "/bad_len.py": ("bad_metadata", "length_bytes: '12 KB' is not int64"),
         "/bad_stars.py": ("bad_metadata", "star_events_count: '3.5' is not int64"),
@@ -390,7 +389,7 @@ def test_values_that_do_not_convert_are_error_rows_for_their_rows_only(tmp_path)
     ids = [r["doc_id"] for r in kept.values()] + [e["doc_id"] for e in errors]
     assert sorted(ids) == list(range(len(files))), "every metadata row is a kept row or an error row"
     assert (result.docs_out, result.docs_removed, result.errors) == (5, 0, 4)
-    assert (stage / "_SUCCESS").exists()
+    assert state(stage, "SUCCESS").exists()
 
 
 @pytest.mark.parametrize(
@@ -412,13 +411,13 @@ def test_corrupt_row_group_is_one_error_row_and_the_rows_around_it_are_read(tmp_
         (i, files[i][0]) for i in (0, 1, 4, 5)
     ]
     assert all(r["content"] == dict(files)[r["path"]].decode() for r in kept.to_pylist())
-    errors = read_all(stage / "errors", ERROR_SCHEMA).to_pylist()
+    errors = read_all(table_dir(stage, "errors"), ERROR_SCHEMA).to_pylist()
     assert [(e["reason"], e["origin"], e["doc_id"]) for e in errors] == [("unreadable_input", str(meta), None)] * len(
         lost
     )
     assert [e["detail"].split(": ")[:2] for e in errors] == [[f"row group 1 ({r}) of {meta}", "OSError"] for r in lost]
     assert (result.docs_in, result.docs_out, result.errors) == (4, 4, len(lost))
-    assert (stage / "_SUCCESS").exists()
+    assert state(stage, "SUCCESS").exists()
 
 
 def test_record_stages_read_around_a_corrupt_row_group_too(tmp_path):
@@ -433,7 +432,7 @@ def test_record_stages_read_around_a_corrupt_row_group_too(tmp_path):
     result = run_stage(spec, cfg, str(tmp_path / "out"), opts, input_uri=str(tmp_path / "out/ingest"))
     kept = read_all(tmp_path / "out/language")
     assert kept["doc_id"].to_pylist() == [0, 1, 4, 5]
-    errors = read_all(tmp_path / "out/language/errors", ERROR_SCHEMA).to_pylist()
+    errors = read_all(tmp_path / "out/_errors/language", ERROR_SCHEMA).to_pylist()
     assert [(e["reason"], e["detail"].split(": ")[0]) for e in errors] == [
         ("unreadable_input", f"row group 1 (rows 2 to 3) of {records.resolve()}")
     ]

@@ -76,4 +76,4 @@ def test_truncated_flat_bundle_keeps_members_before_the_cut(tmp_path):
     assert set(got.kept_by_path()) == {"/first.py"}
     assert got.kept_by_path()["/first.py"]["content"] == "first = 1\n"
     assert [e["reason"] for e in got.errors.to_pylist()] == ["corrupt_bundle"]
-    assert (tmp_path / "out/ingest/_SUCCESS").exists()
+    assert (tmp_path / "out/_state/ingest/SUCCESS").exists()

@@ -197,7 +197,7 @@ def run_dedup(
     )
     return {
         name: read_all(tmp_path / "out" / sub)
-        for name, sub in (("kept", "dedup"), ("removed", "dedup/removed"), ("clusters", "dedup_clusters"))
+        for name, sub in (("kept", "dedup"), ("removed", "_removed/dedup"), ("clusters", "dedup_clusters"))
     }
 
 
@@ -357,7 +357,7 @@ def test_ray_with_two_workers_equals_local(tmp_path, family, ray_local):
     local = run_dedup(tmp_path / "local", corpus_tables(family, 0), rows_per_partition=10)
     on_ray = run_dedup(tmp_path / "ray", corpus_tables(family, 0), runner="ray", workers=2, rows_per_partition=10)
     assert decisions(on_ray) == decisions(local)
-    for sub in ("dedup/00000.parquet", "dedup/00001.parquet", "dedup/removed/00000.parquet"):
+    for sub in ("dedup/00000.parquet", "dedup/00001.parquet", "_removed/dedup/00000.parquet"):
         assert pq.read_table(tmp_path / "local" / "out" / sub).equals(pq.read_table(tmp_path / "ray" / "out" / sub))
 
 
@@ -394,7 +394,7 @@ def test_interrupted_clustering_resumes_to_the_same_result(tmp_path, family, mon
     with pytest.raises(KeyboardInterrupt):
         run_dedup(tmp_path / "crash", corpus_tables(family, 0), rows_per_partition=10)
     monkeypatch.setattr(dedup_module, "cluster_task", real)
-    done = tmp_path / "crash" / "out" / "dedup_clusters" / "_work" / "_done"
+    done = tmp_path / "crash" / "out" / "_state" / "dedup_clusters" / "work" / "done"
     assert len(list((done / f"signature-{dedup_module.SIGNATURE_ROWS}").iterdir())) == 2  # finished phases are kept
     assert len(list((done / "cluster").iterdir())) == 1  # and so is the finished task of the interrupted one
     calls.clear()
@@ -451,7 +451,7 @@ def test_output_to_s3_equals_local(tmp_path, family, s3_endpoint, monkeypatch):
     fs, _ = io.filesystem("s3://runs/x")
     on_s3 = {
         name: pa.concat_tables([pq.read_table(f, filesystem=fs) for f in io.expand(fs, f"runs/x/{sub}/*.parquet")])
-        for name, sub in (("kept", "dedup"), ("removed", "dedup/removed"), ("clusters", "dedup_clusters"))
+        for name, sub in (("kept", "dedup"), ("removed", "_removed/dedup"), ("clusters", "dedup_clusters"))
     }
     assert decisions(on_s3) == decisions(local)
-    assert not io.expand(fs, "runs/x/dedup_clusters/_work", suffix=".parquet")  # the work files are gone
+    assert not io.expand(fs, "runs/x/_state/dedup_clusters/work", suffix=".parquet")  # the work files are gone

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import read_all
+from helpers import read_all, table_dir
 
 from stackcurate.cli import main
 from stackcurate.core.schema import ERROR_SCHEMA, FILE_SCHEMA, STATS_SCHEMA
@@ -37,8 +37,8 @@ def _walk(export: Path, out: Path, *flags: str) -> tuple[pa.Table, pa.Table, pa.
     stage = out / "graph"
     return (
         read_all(stage, OUTPUT_SCHEMA),
-        read_all(stage / "removed", REMOVED_SCHEMA),
-        read_all(stage / "errors", ERROR_SCHEMA),
+        read_all(table_dir(stage, "removed"), REMOVED_SCHEMA),
+        read_all(table_dir(stage, "errors"), ERROR_SCHEMA),
     )
 
 
@@ -196,7 +196,7 @@ def test_origins_are_filtered_by_url_and_opt_out(export, tmp_path):
 
 
 def _counts(out: Path) -> dict[str, float]:
-    stats = read_all(out / "graph" / "stats", STATS_SCHEMA).to_pylist()
+    stats = read_all(table_dir(out / "graph", "stats"), STATS_SCHEMA).to_pylist()
     return {r["metric"]: r["value"] for r in stats if r["metric"].startswith(("origins_", "directories_"))}
 
 
@@ -248,7 +248,7 @@ def test_graph_then_ingest_keeps_what_ingest_of_the_repositories_keeps(export, t
     assert main(argv) == 0
     from_repos = read_all(tmp_path / "repos" / "ingest", FILE_SCHEMA).to_pylist()
     # SWH has no bytes of a skipped or hidden content: graph removed those files, the repositories have them
-    removed = read_all(tmp_path / "out" / "graph" / "removed", REMOVED_SCHEMA).to_pylist()
+    removed = read_all(table_dir(tmp_path / "out" / "graph", "removed"), REMOVED_SCHEMA).to_pylist()
     no_bytes = {(r["repo_name"], r["path"]) for r in removed if r["reason"] in ("skipped_content", "hidden_content")}
     graph_files = {(r["repo_name"], r["path"], r["blob_id"]) for r in from_graph}
     repo_files = {(names[r["repo_name"]], r["path"], r["blob_id"]) for r in from_repos}
@@ -263,4 +263,15 @@ def test_a_rerun_redoes_nothing(export, tmp_path, capsys):
     capsys.readouterr()
     assert main(argv) == 0
     assert "(0 run now)" in capsys.readouterr().out
-    assert not (tmp_path / "out" / "graph_walk").exists(), "the walk's work files go once the stage is done"
+    assert not list((tmp_path / "out").glob("**/graph_walk")), "the walk's work files go once the stage is done"
+
+
+def test_the_walk_s_phases_share_one_progress_bar(export, tmp_path, capsys):
+    """Its 14 phases (a table read each, the rounds by depth, the shards) redraw one line: on a terminal, one
+    bar for the stage; `--progress` draws it where stderr is not one (as here)."""
+    root, _ = export
+    argv = ["graph", "--export", str(root), "--out", str(tmp_path / "out"), "--runner", "local", "--progress"]
+    assert main(argv) == 0
+    shown = capsys.readouterr().err
+    assert shown.count("\n") == 1 and shown.count("\r") > 14, shown
+    assert "graph: 100%" in shown.rsplit("\r", 1)[-1]  # the shards, last

@@ -6,7 +6,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
-from helpers import make_table, read_all, write_records
+from helpers import make_table, read_all, table_dir, write_records
 
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
@@ -380,7 +380,7 @@ def test_stage_redacts_records_spans_and_never_stores_secrets(tmp_path: Path):
     written = b"".join(p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file())
     for secret in (AWS_KEY, "Lena Fischer", "lena.fischer@posteo.de", "34.120.18.7", "hX8v2QmR7t"):
         assert secret.encode() not in written
-    stats = read_all(tmp_path / "out" / "pii" / "stats")
+    stats = read_all(table_dir(tmp_path / "out" / "pii", "stats"))
     counted = {r["reason"]: r["value"] for r in stats.to_pylist() if r["metric"] == "spans_redacted"}
     assert counted == {"NAME": 1, "EMAIL": 1, "KEY": 1, "IP_ADDRESS": 1, "PASSWORD": 1}
     rows = duckdb.sql(
@@ -741,7 +741,7 @@ def test_a_detected_only_span_stores_no_value(tmp_path: Path):
     assert DB_USER not in json.dumps({k: v for k, v in row.items() if k != "content"})
     others = [p for p in (tmp_path / "out").rglob("*") if p.is_file() and p.parent != tmp_path / "out" / "pii"]
     assert others and all(DB_USER.encode() not in p.read_bytes() for p in others)
-    stats = read_all(tmp_path / "out" / "pii" / "stats").to_pylist()
+    stats = read_all(table_dir(tmp_path / "out" / "pii", "stats")).to_pylist()
     assert {(r["metric"], r["reason"], r["value"]) for r in stats if r["metric"].startswith("spans_")} == {
         ("spans_detected_only", "USERNAME", 1), ("spans_redacted", "PASSWORD", 1)
     }  # fmt: skip

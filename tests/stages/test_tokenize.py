@@ -125,7 +125,7 @@ def _tokenize(tmp_path: Path, out: str, opts: RunOptions | None = None, **cfg) -
     config = build_config(spec.config, cfg)
     run_stage(spec, config, str(tmp_path / out), opts or RunOptions(runner="local", progress=False),
               input_uri=str(tmp_path / "in"))  # fmt: skip
-    return tmp_path / out / "tokenize" / "megatron"
+    return tmp_path / out / "megatron"
 
 
 def _shard_files(folder: Path) -> dict[str, bytes]:

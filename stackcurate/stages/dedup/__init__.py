@@ -15,7 +15,7 @@ Sub-stages, all under one config; the first three write `<out>/dedup_clusters/`,
    then the smaller doc_id. `dedup_clusters/NNNNN.parquet` lists every document of every component:
    doc_id, cluster_id (its smallest doc_id), cluster_size, kept_doc_id, reason (null for the kept one),
    shard (the input file it came from), language, length_bytes.
-4. **remove** (one shard per input file): rows of other documents move to `dedup/removed/` with reason
+4. **remove** (one shard per input file): rows of other documents move to `_removed/dedup/` with reason
    `exact_duplicate` (same exact key as the kept document) or `near_duplicate`, and `duplicate_of`, the
    doc_id kept in their place; the repos and paths that held a file stay queryable through that column.
 
@@ -176,7 +176,7 @@ class _Plan:
         return self.out.fs
 
     def work(self, *parts: str) -> str:
-        return io.join(self.out.root, WORK, *parts)
+        return io.join(self.out.state, WORK, *parts)
 
 
 # ---- 1. signature ---------------------------------------------------------------------------------------

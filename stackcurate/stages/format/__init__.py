@@ -159,8 +159,8 @@ def group(cfg: FormatConfig, ctx: StageContext) -> FormatConfig:
 def drop_groups(cfg: FormatConfig, ctx: StageContext) -> None:
     """Once every shard is formatted, the grouped copy of the input goes (it is as large as the input)."""
     out = StageDir(ctx.out, GROUPS_STAGE)
-    if cfg.groups is not None and cfg.groups == out.uri and io.exists(out.fs, out.root):
-        out.fs.delete_dir(out.root)
+    if cfg.groups is not None and cfg.groups == out.uri:
+        out.delete()
 
 
 # ---- formatting ------------------------------------------------------------------------------------------

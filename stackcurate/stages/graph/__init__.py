@@ -201,8 +201,8 @@ def run_walk(cfg: GraphConfig, ctx: StageContext) -> GraphConfig:
 def drop_walk(cfg: GraphConfig, ctx: StageContext) -> None:
     """Once every shard is written, the walk's work files go."""
     out = StageDir(ctx.out, WALK_STAGE)
-    if cfg.walk is not None and cfg.walk.startswith(out.uri) and io.exists(out.fs, out.root):
-        out.fs.delete_dir(out.root)
+    if cfg.walk is not None and cfg.walk.startswith(out.state_uri):
+        out.delete()
 
 
 def repo_name(url: str) -> str:

@@ -14,10 +14,10 @@ and decodes them the same way whatever their source.
 Output columns: all of schema.FILE_SCHEMA, and `kind` with the columns of their own when sources read records of
 other kinds (core/kinds.py). Kept rows have decoded `content`.
 
-Removed (`<out>/ingest/removed/`), by `reason`: `binary` (a NUL byte), `empty`, `too_large` (over the
+Removed (`<out>/_removed/ingest/`), by `reason`: `binary` (a NUL byte), `empty`, `too_large` (over the
 compressed or decoded cap), `too_deep` (tree depth), `symlink`, `submodule`, `swh_placeholder`.
 
-Errors (`<out>/ingest/errors/`), by `reason`: ingest's own `hash_mismatch`, `undecodable`, `unreadable_input`
+Errors (`<out>/_errors/ingest/`), by `reason`: ingest's own `hash_mismatch`, `undecodable`, `unreadable_input`
 (an input that cannot be read at all), and those the sources declare (ERROR_REASONS): `missing_blob`,
 `fetch_failed`, `corrupt_gzip`, `decompression_bomb`, `bad_metadata` (The Stack v2), `unsafe_member`,
 `corrupt_bundle` (vault bundles, local repositories).
@@ -50,7 +50,7 @@ OWN_ERROR_REASONS = frozenset({"hash_mismatch", "undecodable", "unreadable_input
 
 
 def _error_reasons(found: Iterable[Source] | Iterable[type[Source]]) -> frozenset[str]:
-    """The reasons that are bad input (`errors/`): ingest's own and those its sources declare."""
+    """The reasons that are bad input (`_errors/`): ingest's own and those its sources declare."""
     return OWN_ERROR_REASONS.union(*(source.error_reasons for source in found))
 
 

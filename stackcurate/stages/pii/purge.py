@@ -1,12 +1,12 @@
 """Drop a finished run's unredacted text: the Parquet files of the stages before pii.
 
-Every stage before pii keeps the files' text as it came in (kept rows and `removed/`: `ingest`, `license`,
+Every stage before pii keeps the files' text as it came in (kept rows and `_removed/`: `ingest`, `license`,
 `language`, `filter`, `decontaminate`, `dedup`), so secrets stay in those folders after pii has redacted its
 copy. `purge` deletes each Parquet file of those stages' folders that has a text column
 (`schema.TEXT_COLUMNS`) but no `pii_spans` column, i.e. that pii has not redacted. The folders of pii and the
 stages after it are left alone (their text is redacted; `format_groups` holds pii's rows without the spans).
 Stats, error rows (paths and reasons, no text), completion markers and configs stay, so `stackcurate stats`
-reports the whole run as before; a `_PURGED` file in each stage folder it emptied says what went. It refuses
+reports the whole run as before; a `PURGED` file in the state of each stage it emptied says what went. It refuses
 while pii has not finished, so it never deletes the only copy of a run's text.
 
 Example:
@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from stackcurate.core import io
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.layout import PURGED, SUCCESS
+from stackcurate.core.layout import PURGED, STATE, TABLES, StageDir
 from stackcurate.core.schema import TEXT_COLUMNS
 from stackcurate.stages import STAGE_ORDER
 
@@ -53,8 +53,7 @@ def unredacted(out: str) -> list[str]:
     fs, root = io.filesystem(out)
     found = []
     for path in io.expand(fs, root, suffix=".parquet"):
-        folder, sep, _ = path[len(root) :].strip("/").partition("/")
-        if not sep or not before_pii(folder):
+        if not before_pii(_stage_of(path[len(root) :].strip("/"))):
             continue
         names = set(pq.read_schema(path, filesystem=fs).names)
         if names & set(TEXT_COLUMNS) and REDACTED_MARK not in names:
@@ -62,23 +61,32 @@ def unredacted(out: str) -> list[str]:
     return found
 
 
+def _stage_of(name: str) -> str:
+    """The stage folder of a file of the run (`filter/0.parquet`, `_removed/filter/0.parquet`); "" for the
+    run's own files and the stages' state."""
+    parts = name.split("/")
+    if parts[0] in TABLES.values():
+        return parts[1] if len(parts) > 2 else ""
+    return parts[0] if len(parts) > 1 and parts[0] != STATE else ""
+
+
 def purge(out: str, *, dry_run: bool = False) -> Purged:
     """Delete the unredacted Parquet files of the run in `out` (see the module docstring)."""
     fs, root = io.filesystem(out)
-    if not io.exists(fs, io.join(root, "pii", SUCCESS)):
+    if not StageDir(out, "pii").is_complete():
         raise StackcurateError(
             f"{out} has no finished pii output; purge deletes the unredacted text only once pii has redacted it"
         )
     files = unredacted(out)
     by_stage: dict[str, list[str]] = {}
     for path in files:
-        by_stage.setdefault(path[len(root) :].strip("/").split("/", 1)[0], []).append(path)
+        by_stage.setdefault(_stage_of(path[len(root) :].strip("/")), []).append(path)
     size = sum(info.size for info in fs.get_file_info(files)) if files else 0
     if not dry_run:
         for stage, paths in by_stage.items():
             # the marker first: a purge stopped halfway still stops a rerun from reading what is left
             names = [path[len(root) :].strip("/") for path in paths]
-            marker = io.join(root, stage, PURGED)
+            marker = StageDir(out, stage).marker(PURGED)
             io.write_bytes_atomic(fs, marker, (json.dumps({"deleted": names}, indent=1) + "\n").encode())
             for path in paths:
                 fs.delete_file(path)

@@ -9,7 +9,7 @@
    `encode_batch_fast`, faster (`benchmarks/tokenize_throughput.py`).
 3. **shards**: a shuffle sends each row to output shard `order * S / 2^64` (S from `shard_mb`), then each
    shard is written in `order` order: documents shuffled with the seed, identically for any number of
-   workers, one sequence per document (`core/megatron.py`). `<out>/tokenize/megatron/` holds
+   workers, one sequence per document (`core/megatron.py`). `<out>/megatron/` holds
    `shard_NNNNN.bin/.idx`, `documents/` (shard, position, doc_id, n_tokens: where each document went) and
    `manifest.json` (tokenizer, special-token ids, vocabulary size, dtype, per-shard documents, tokens and
    SHA-256 checksums).
@@ -147,7 +147,7 @@ class TokenizeStage(Stage):
 
     Tokenize the documents and write what a trainer reads: Megatron-LM .bin/.idx shards of about --shard-mb each,
     the documents shuffled by --seed, with a manifest.json (tokenizer, special-token ids, vocabulary size,
-    per-shard counts and checksums), under OUT/tokenize/megatron. --tokenizer train (the default) first trains
+    per-shard counts and checksums), under OUT/megatron. --tokenizer train (the default) first trains
     StarCoder's BPE recipe on a sample of this input (--vocab-size, --train-mb); or name a Hugging Face tokenizer
     folder.
 
@@ -163,6 +163,7 @@ class TokenizeStage(Stage):
     kinds = None
     needs = ("doc_id",)
     needs_one_of = ("text", "content")
+    folders = (MEGATRON_DIR,)
 
     @classmethod
     def before_shards(cls, cfg: TokenizeConfig, ctx: StageContext) -> TokenizeConfig:
@@ -295,7 +296,9 @@ def shard_task(root: str | list[str], megatron_root: str, part: int, dtype_name:
 def write_shards(cfg: TokenizeConfig, ctx: StageContext) -> None:
     """Route the tokenized rows to S shards and write them, then the manifest (resumes like the shards)."""
     stage = StageDir(ctx.out, "tokenize")
-    if io.exists(stage.fs, io.join(stage.root, MEGATRON_DIR, "manifest.json")):
+    megatron_uri = io.join(ctx.out, MEGATRON_DIR)
+    out_fs, megatron_root = io.filesystem(megatron_uri)
+    if io.exists(out_fs, io.join(megatron_root, "manifest.json")):
         return  # written by an earlier run of this same plan (another plan would have needed --overwrite)
     files = [stage.path("data", s) for s in ctx.shards]
     tok = bpe.load(cfg.tokenizer)
@@ -307,14 +310,13 @@ def write_shards(cfg: TokenizeConfig, ctx: StageContext) -> None:
     shards = max(1, math.ceil(tokens * dtype.itemsize / (cfg.shard_mb * 1e6)))
     phases = ctx.phases("tokenize", {"shards": shards}, own=True)
     routed = phases.work_uri(f"routed-{shards}")
-    megatron_root = io.join(stage.uri, MEGATRON_DIR)
-    stage.fs.create_dir(io.join(stage.root, MEGATRON_DIR), recursive=True)
+    out_fs.create_dir(megatron_root, recursive=True)
     if shards == 1:  # every document goes to the one shard: read the tokenized rows, no routed copy
-        parts: list[tuple[Any, ...]] = [(files, megatron_root, 0, dtype.name)]
+        parts: list[tuple[Any, ...]] = [(files, megatron_uri, 0, dtype.name)]
     else:
         route = [(path, i, routed, shards) for i, path in enumerate(files)]
         phases.run(f"route-{shards}", route_task, route, "tokenize route")
-        parts = [(routed, megatron_root, p, dtype.name) for p in range(shards)]
+        parts = [(routed, megatron_uri, p, dtype.name) for p in range(shards)]
     written = phases.run(f"shards-{shards}", shard_task, parts, "tokenize shards")
     manifest = {
         "format": "megatron-indexed-dataset",
@@ -331,6 +333,6 @@ def write_shards(cfg: TokenizeConfig, ctx: StageContext) -> None:
         "tokens": sum(w["tokens"] for w in written),
         "shards": written,
     }
-    io.write_bytes_atomic(stage.fs, io.join(stage.root, MEGATRON_DIR, "manifest.json"),
+    io.write_bytes_atomic(out_fs, io.join(megatron_root, "manifest.json"),
                           (json.dumps(manifest, indent=1) + "\n").encode())  # fmt: skip
     phases.complete()
