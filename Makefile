@@ -31,7 +31,7 @@ demo: install
 	stackcurate sample work/sample
 	stackcurate run pipelines/demo.yaml --overwrite
 	stackcurate stats work/demo
-	@# about a minute and a half on two cores: 600 steps of 8 x 256 tokens, then the loss curve
+	@# about a minute and a half on two quiet cores (it says when other work slows it): 600 steps of 8 x 256 tokens
 	stackcurate train --data work/demo/megatron --out work/demo/train --preset tiny --seq-len 256 \
 		--micro-batch 8 --steps 600 --eval-every 150 --overwrite
 	stackcurate generate work/demo/train/checkpoint-600 --prompt "def main():\n    " --max-new-tokens 48

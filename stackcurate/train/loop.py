@@ -32,7 +32,7 @@ import numpy as np
 
 from stackcurate.core.config import option, output_settings
 from stackcurate.core.errors import StackcurateError
-from stackcurate.train import data, model
+from stackcurate.train import data, expect, model
 
 log = logging.getLogger(__name__)
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
@@ -234,6 +234,18 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
     flops = model.flops_per_token(net_cfg, cfg.seq_len)
     peak = _peak(cfg, torch, device)
     tokens_per_step = cfg.micro_batch * cfg.grad_accum * cfg.seq_len * world
+    expected = expect.expected_tokens_per_s(net_cfg, flops, device, peak)
+    expected = expected * world if expected else None
+    if rank == 0 and step < cfg.steps:
+        params = sum(p.numel() for p in net.parameters()) * (world if fsdp else 1)
+        needed = expect.memory_needed(net_cfg, params, cfg.micro_batch, cfg.seq_len, bf16)
+        settings = f"--preset {cfg.preset} --seq-len {cfg.seq_len} --micro-batch {cfg.micro_batch}"
+        for line in expect.before_training(
+            needed=needed, available=expect.memory_available(device, torch), expected=expected,
+            tokens_per_step=tokens_per_step, steps=cfg.steps - step, device=device, settings=settings,
+        ):  # fmt: skip
+            log.warning("%s", line)
+    checked = step + 5  # the speed is compared once past the first steps (allocation, compilation), then each eval
 
     def loss_of(batch: np.ndarray) -> Any:
         tokens = torch.from_numpy(batch).to(device, non_blocking=True)
@@ -302,6 +314,11 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         if step % cfg.eval_every == 0 or step == cfg.steps:
             row["val_loss"] = validation()
         rows.append(row)
+        if rank == 0 and (step == checked or step % cfg.eval_every == 0) and len(rows) >= 5:
+            recent = [r["tokens_per_s"] for r in rows[-5:] if r["tokens_per_s"]]
+            if recent and (line := expect.far_below(len(recent) / sum(1 / r for r in recent), expected, device)):
+                bar.clear()
+                log.warning("%s", line)
         bar.update()
         bar.set_postfix(loss=f"{total:.3f}", tok_s=f"{row['tokens_per_s']:.0f}", refresh=False)
         if rank == 0:
