@@ -59,7 +59,7 @@ SECRETS = {
         "private_key": "MIICXAIBAAKBgQC7Vx2LmZ9pRt4WnY8kBa3Cs6Dq1Fh5Jg0Kl7Mn2Pz8Qr4St6Uv3Wx9Yz1Ab5Cd7Ef",
     },
 }
-AFTER_PII = ("pii", "format", "tokenize", "tokenizer", "report")  # the folders a run writes from pii on
+AFTER_PII = ("pii", "format", "tokenize", "megatron", "tokenizer", "report")  # the folders a run writes from pii on
 VALUES = {value: f"{where}:{kind}" for where, kinds in SECRETS.items() for kind, value in kinds.items()}
 
 

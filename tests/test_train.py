@@ -404,3 +404,13 @@ def test_a_training_run_warns_when_far_below(shards, tmp_path, monkeypatch, capl
     with caplog.at_level(logging.WARNING, logger="stackcurate.train"):
         loop.train(_cfg(shards, tmp_path / "run", steps=6, eval_every=6), progress=False)
     assert any("x below the" in r.getMessage() and "expected of" in r.getMessage() for r in caplog.records)
+
+
+def test_train_draws_its_bar_only_on_a_terminal(shards, tmp_path, capsys):
+    """`make demo` into a log file: the bar's 600 redraws made one line of tens of KB."""
+    argv = ["train", "--data", str(shards), "--out", str(tmp_path / "run"), "--preset", "tiny", "--seq-len", "32",
+            "--micro-batch", "2", "--steps", "3", "--eval-every", "3"]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert "step/s" not in capsys.readouterr().err  # stderr here is not a terminal
+    assert cli.main([*argv, "--overwrite", "--progress"]) == 0
+    assert "step/s" in capsys.readouterr().err

@@ -57,7 +57,11 @@ def parser() -> argparse.ArgumentParser:
     for name in ("data", "out"):
         help_text = next(f.metadata["help"] for f in dataclasses.fields(loop.TrainConfig) if f.name == name)
         required.add_argument(f"--{name}", dest=name, required=True, metavar=name.upper(), help=help_text)
-    t.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    t.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
+    t.add_argument(
+        "--progress", dest="progress", action="store_true", default=None,
+        help="a progress bar even where stderr is not a terminal (default: only on a terminal)",
+    )  # fmt: skip
     t.add_argument(
         "--ray-workers", type=int, default=0,
         help="run on Ray through Ray Train with this many workers (needs ray[train])",
@@ -92,6 +96,8 @@ def _run(args: argparse.Namespace) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no bar per checkpoint written or loaded: the loop has its own
+    if args.progress is None:  # in a log file a bar's redraws run together into lines of many KB
+        args.progress = sys.stderr.isatty()
     if args.command == "train":
         cfg = build_config(loop.TrainConfig, flag_values(args, loop.TrainConfig))
         started = time.perf_counter()
