@@ -455,3 +455,14 @@ def test_output_to_s3_equals_local(tmp_path, family, s3_endpoint, monkeypatch):
     }
     assert decisions(on_s3) == decisions(local)
     assert not io.expand(fs, "runs/x/_state/dedup_clusters/work", suffix=".parquet")  # the work files are gone
+
+
+def test_records_are_deduplicated_within_their_kind(tmp_path, family):
+    """An issue thread that reads like a file is no copy of it; two copies of one thread are."""
+    contents = [family["base"], family["base"], family["base"], family["near"]]
+    table = files_table(contents)
+    table = table.append_column("kind", pa.array(["file", "issue", "issue", "issue"], pa.string()))
+    got = run_dedup(tmp_path, [table])
+    assert sorted(got["kept"].column("doc_id").to_pylist()) == [0, 1]  # the file and one thread
+    removed = sorted((r["doc_id"], r["reason"], r["duplicate_of"]) for r in got["removed"].to_pylist())
+    assert removed == [(2, "exact_duplicate", 1), (3, "near_duplicate", 1)]

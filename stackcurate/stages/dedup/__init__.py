@@ -47,7 +47,7 @@ from stackcurate.core.layout import StageDir
 from stackcurate.core.phases import WORK
 from stackcurate.core.planning import read_records
 from stackcurate.core.records import RecordStage
-from stackcurate.core.schema import STATS_SCHEMA, with_reason
+from stackcurate.core.schema import FILE_KIND, KIND, STATS_SCHEMA, with_reason
 from stackcurate.stages.dedup import bands as band_layout
 from stackcurate.stages.dedup import components
 
@@ -105,6 +105,7 @@ _INPUT_COLUMNS = [
     "visit_date",
     "language",
     "length_bytes",
+    "kind",  # records of other kinds than file: deduplicated within their kind
 ]
 
 
@@ -198,6 +199,18 @@ def _exact_keys(table: pa.Table, key: str) -> np.ndarray:
     return shuffle.mix64(np.array(ints, dtype=np.uint64) ^ _EXACT_SALT)
 
 
+def _kind_salts(table: pa.Table) -> np.ndarray:
+    """Per row, what keeps the keys of each kind of record apart, so that records are deduplicated within their
+    kind (an issue is never the duplicate of a file): 0 for files, whose keys are as they always were."""
+    salts = np.zeros(table.num_rows, dtype=np.uint64)
+    if KIND not in table.column_names:
+        return salts
+    for i, kind in enumerate(table.column(KIND).to_pylist()):
+        if kind not in (None, FILE_KIND):
+            salts[i] = int.from_bytes(hashlib.sha1(kind.encode()).digest()[:8], "big")
+    return salts
+
+
 def _int_column(table: pa.Table, name: str, null: int) -> np.ndarray:
     if name not in table.column_names:
         return np.full(table.num_rows, null, dtype=np.int64)
@@ -259,7 +272,8 @@ def signature_task(plan: _Plan, task: int, index: int, start: int, stop: int) ->
         columns = [c for c in _INPUT_COLUMNS if c in pq.read_schema(path, filesystem=src_fs).names]
         for table in io.scan_parquet_slice(src_fs, path, start, stop, batch_rows=cfg.batch_rows, columns=columns):
             doc_ids = table.column("doc_id").to_numpy().astype(np.int64)
-            exact = _exact_keys(table, cfg.exact_key)
+            salt = _kind_salts(table)
+            exact = _exact_keys(table, cfg.exact_key) ^ salt
             parts_keys, parts_docs = [], []
             if cfg.exact:
                 parts_keys.append(exact)
@@ -273,7 +287,7 @@ def signature_task(plan: _Plan, task: int, index: int, start: int, stop: int) ->
                     min_tokens=cfg.min_tokens,
                     lowercase=cfg.lowercase,
                 )
-                band = _minhash().band_keys(sig[has], bands, rows)
+                band = _minhash().band_keys(sig[has], bands, rows) ^ salt[has][:, None]
                 parts_keys.append(band.reshape(-1))
                 parts_docs.append(np.repeat(doc_ids[has], bands))
                 signed += int(has.sum())
