@@ -11,6 +11,8 @@ way Software Heritage serves them, so the whole pipeline runs with no download:
     OUT/graph/orc/<table>/*.orc       a miniature SWH graph export of git repositories made from a few stdlib
                                       packages, with its content store (`stackcurate graph` walks it;
                                       stages/graph/mini.py)
+    OUT/gharchive/*.json.gz           a small GH Archive of issues, in its exact event schema, made from the
+                                      entries of IDLE's NEWS.txt (sources/gharchive/sample.py)
 
 The selection is deterministic: files are ordered by the SHA-1 of their path and taken up to the budget.
 """
@@ -81,6 +83,7 @@ class SampleInfo:
     repos: int
     bundles: list[str]
     graph_origins: int
+    issues: int = 0
 
 
 def _roots() -> list[tuple[str, Path]]:
@@ -147,8 +150,11 @@ def build_sample(out: str | Path, *, max_bytes: int = 20_000_000, max_files: int
     from stackcurate.stages.graph import mini
 
     graph = mini.build(out / "graph", mini.default_sources())
+    from stackcurate.sources.gharchive import sample as gharchive
+
+    issues = gharchive.write_sample(out / "gharchive")
     return SampleInfo(files=len(rows), bytes=total, repos=len({r["repo_name"] for r in rows}), bundles=bundles,
-                      graph_origins=len(graph["origins"]))  # fmt: skip
+                      graph_origins=len(graph["origins"]), issues=issues)  # fmt: skip
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -101,5 +101,6 @@ def _cmd_sample(args: argparse.Namespace) -> None:
     info = build_sample(args.out, max_bytes=int(args.max_mb * 1e6), max_files=args.max_files)
     print(
         f"sample: {info.files:,} files, {info.bytes / 1e6:.1f} MB in {info.repos} repositories, "
-        f"bundles {', '.join(info.bundles)}, a graph export of {info.graph_origins} origins under {args.out}"
+        f"bundles {', '.join(info.bundles)}, a graph export of {info.graph_origins} origins, a GH Archive of "
+        f"{info.issues} issues under {args.out}"
     )

@@ -12,6 +12,7 @@ REPO_NAME, FILE_SEP = "<repo_name>", "<file_sep>"
 JUPYTER_START, JUPYTER_TEXT, JUPYTER_CODE = "<jupyter_start>", "<jupyter_text>", "<jupyter_code>"
 JUPYTER_OUTPUT, JUPYTER_SCRIPT, EMPTY_OUTPUT = "<jupyter_output>", "<jupyter_script>", "<empty_output>"
 REPONAME, FILENAME, GH_STARS = "<reponame>", "<filename>", "<gh_stars>"
+ISSUE_START, ISSUE_COMMENT, ISSUE_CLOSED = "<issue_start>", "<issue_comment>", "<issue_closed>"
 
 SPECIAL_TOKENS = (
     EOD,
@@ -21,9 +22,9 @@ SPECIAL_TOKENS = (
     FIM_PAD,
     REPO_NAME,
     FILE_SEP,
-    "<issue_start>",
-    "<issue_comment>",
-    "<issue_closed>",
+    ISSUE_START,
+    ISSUE_COMMENT,
+    ISSUE_CLOSED,
     JUPYTER_START,
     JUPYTER_TEXT,
     JUPYTER_CODE,

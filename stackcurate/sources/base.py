@@ -25,6 +25,7 @@ from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import DOC_ID_ORDINAL_BITS, FILE_KIND, FILE_SCHEMA, KIND
 
 if TYPE_CHECKING:
+    from stackcurate.core.contract import StageContext
     from stackcurate.stages.ingest import IngestConfig
 
 RAW_SCHEMA = pa.schema(
@@ -88,6 +89,16 @@ class Source(ABC):
             upstream: The output folder of the stage a pipeline ran right before ingest (graph), or None.
         """
 
+    def prepare(self, cfg: "IngestConfig", ctx: "StageContext") -> "IngestConfig":
+        """Global work before the shards (GH Archive's split of events by thread); returns the ingest config the
+        shards run with (the same, unless it records where that work is). Runs on the driver, with the run's
+        phases (core/phases.py) for its tasks."""
+        return cfg
+
+    def finish(self, cfg: "IngestConfig", ctx: "StageContext") -> None:
+        """Global work once every shard is done (dropping what `prepare` wrote)."""
+        return None
+
     @abstractmethod
     def read(self, shard: Shard) -> Iterator[pa.Table]:
         """The shard's raw rows (RAW_SCHEMA), in bounded tables, always in the same order.
@@ -142,12 +153,13 @@ class RawBatch:
     ) -> None:
         # File names are bytes; one that is not UTF-8 is kept readable (\x.. escapes) rather than lost.
         path = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        origin = extra.pop("origin", self.shard.path)  # a record's own (a thread's URL), else its input's
         row = {
             **self.common,
             **extra,
             "doc_id": doc_id(self.shard.source_index, self.ordinal),
             "source": self.source,
-            "origin": self.shard.path,
+            "origin": origin,
             "path": "/" + path.lstrip("/"),
             "data": data,
             "reason": reason,

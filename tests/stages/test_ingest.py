@@ -141,8 +141,9 @@ def test_the_error_reasons_are_ingest_s_own_and_those_its_sources_declare():
         *("hash_mismatch", "undecodable", "unreadable_input"),  # ingest's own
         *("missing_blob", "fetch_failed", "corrupt_gzip", "decompression_bomb", "bad_metadata"),  # stack_v2
         *("unsafe_member", "corrupt_bundle"),  # vault bundles, local repositories
+        *("malformed_line", "malformed_event", "truncated_file"),  # GH Archive
     }
-    assert [s.name for s in sources.BUILT_IN] == ["stack_v2", "flat", "git_bare", "repo"]
+    assert [s.name for s in sources.BUILT_IN] == ["stack_v2", "flat", "git_bare", "repo", "gharchive"]
     for source in sources.BUILT_IN:
         assert source.error_reasons <= ERROR_REASONS, source.name
 

@@ -38,7 +38,7 @@ import pyarrow as pa
 from stackcurate import sources
 from stackcurate.core import io
 from stackcurate.core.config import option
-from stackcurate.core.contract import Shard, Stage, StageOutput
+from stackcurate.core.contract import Shard, Stage, StageContext, StageOutput
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.schema import ERROR_SCHEMA, FILE_KIND, FILE_SCHEMA, KIND, extension_of, with_reason
 from stackcurate.sources.base import Limits, Source, name_matcher
@@ -70,6 +70,17 @@ class IngestConfig:
     )
     bundles: tuple[str, ...] = option((), "SWH vault bundles or globs (flat .tar.gz, git-bare .git.tar)", path=True)
     repos: tuple[str, ...] = option((), "local folders or git repositories", path=True)
+    gharchive: tuple[str, ...] = option(
+        (), "GH Archive hourly event files or globs (YYYY-MM-DD-H.json.gz; local, s3:// or https://)", path=True
+    )
+    gharchive_partition_mb: float = option(64.0, "compressed MB of GH Archive input per partition of threads")
+    gharchive_rules: str | None = option(
+        None, "how issue threads are cleaned: bots, truncation, users and size (default: the shipped "
+        "filters/github/issues.yaml)", path=True,
+    )  # fmt: skip
+    gharchive_events: str | None = option(
+        None, "the GH Archive events split by thread to read (default: split by this run)", path=True
+    )
     sources: tuple[str | dict[str, Any], ...] = option(
         (),
         "sources of your own, each module:Class (a pipeline YAML gives each its settings: see docs/sources.md)",
@@ -144,7 +155,7 @@ def plan(cfg: IngestConfig, metadata_from: str | None = None) -> list[Shard]:
         listed = [s.name for s in built[len(built) - len(cfg.sources) :]]  # build() puts them last
         found = f"; {', '.join(listed)} found nothing to read: check its settings" if listed else ""
         raise StackcurateError(
-            f"ingest needs an input: --metadata with --content, --bundles, --repos, or --sources{found}"
+            f"ingest needs an input: --metadata with --content, --bundles, --repos, --gharchive, or --sources{found}"
         )
     shards: list[Shard] = []
     for group in planned.values():
@@ -180,10 +191,14 @@ class IngestStage(Stage):
                               content/<blob_id> gzip objects (a folder, or s3://softwareheritage for SWH)
       --bundles               Software Heritage vault bundles (directory .tar.gz, git-bare .git.tar)
       --repos                 local folders or git repositories
+      --gharchive             GH Archive hourly event files: GitHub issue threads and pull requests, cleaned,
+                              anonymised and rendered as StarCoder2's (kinds issue and pull_request)
 
-    Removed, by reason: binary, empty, too_large, too_deep, symlink, submodule, swh_placeholder.
+    Removed, by reason: binary, empty, too_large, too_deep, symlink, submodule, swh_placeholder; for threads
+    only_bots, too_short, one_author_too_long (filters/github/issues.yaml), pr_code_not_found.
     Errors (files that could not be read), by reason: missing_blob, fetch_failed, corrupt_gzip,
-    decompression_bomb, hash_mismatch, undecodable, bad_metadata, unsafe_member, corrupt_bundle, unreadable_input.
+    decompression_bomb, hash_mismatch, undecodable, bad_metadata, unsafe_member, corrupt_bundle, unreadable_input,
+    malformed_line, malformed_event, truncated_file.
 
     A content store that is down is retried (--fetch-retries, --fetch-backoff); shards whose reads still fail are
     left unfinished, and rerunning the same command redoes only those.
@@ -204,6 +219,17 @@ class IngestStage(Stage):
     def plan(cls, cfg: IngestConfig, input_uri: str | None) -> list[Shard]:
         """The shards of every source in order (see `plan`); `input_uri` is a graph stage's metadata."""
         return plan(cfg, input_uri)
+
+    @classmethod
+    def before_shards(cls, cfg: IngestConfig, ctx: StageContext) -> IngestConfig:
+        for source in sources.build(cfg):
+            cfg = source.prepare(cfg, ctx)
+        return cfg
+
+    @classmethod
+    def after_shards(cls, cfg: IngestConfig, ctx: StageContext) -> None:
+        for source in sources.build(cfg):
+            source.finish(cfg, ctx)
 
     def __init__(self, cfg: IngestConfig) -> None:
         super().__init__(cfg)

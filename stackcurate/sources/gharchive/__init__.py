@@ -1,0 +1,141 @@
+"""GitHub issues and pull requests from GH Archive's hourly event files (`ingest --gharchive`).
+
+Planning splits the input into partitions of threads (one per `gharchive_partition_mb` of compressed input);
+before the shards, each hourly file is one task that sends its issue and pull-request events to the partition
+of their thread (events.py: a shuffle through files, resumable, no worker holding more than one file or one
+partition); each shard then reads one partition, groups its events by thread and yields one record per thread,
+cleaned and rendered (threads.py), or removed with the rule that removed it. Records are of kind `issue` or
+`pull_request`: an issue on a pull request (its comments) goes with the pull request.
+
+A pull request needs its base files and diff, which GH Archive does not hold: until their revisions can be read
+from a repository, pull requests are removed as `pr_code_not_found`.
+
+Example:
+    stackcurate ingest --out work/gh --gharchive 'gharchive/2023-03-01-*.json.gz'
+"""
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from stackcurate.core import io, shuffle
+from stackcurate.core.contract import Shard, StageContext
+from stackcurate.core.layout import StageDir
+from stackcurate.sources.base import RawBatch, Source, expand_inputs
+from stackcurate.sources.gharchive import threads
+from stackcurate.sources.gharchive.events import split_task
+
+if TYPE_CHECKING:
+    from stackcurate.stages.ingest import IngestConfig
+
+SPLIT = "ingest_gharchive"  # the run folder's scratch stage of the split (its partitions)
+ISSUE, PULL_REQUEST = "issue", "pull_request"
+_ORDINALS = 1 << 24  # doc_ids per partition: a partition's threads are numbered from partition << 24
+
+
+class GHArchive(Source):
+    name = "gharchive"
+    option = "gharchive"
+    kinds = (ISSUE, PULL_REQUEST)
+    columns = (
+        pa.field("number", pa.int64()),  # the issue's or pull request's number in its repository
+        pa.field("events", pa.int32()),  # events kept after cleaning (opening and comments)
+        pa.field("participants", pa.int32()),  # distinct authors of those
+        pa.field("bot_events", pa.int32()),  # events dropped as bots' (or calling a bot)
+        pa.field("truncated_events", pa.int32()),  # texts cut to their first and last lines
+    )
+    error_reasons = frozenset({"malformed_line", "malformed_event", "truncated_file", "unreadable_input"})
+    reads_only_names = True  # threads have no file names: a read of some names (license's scan) reads none
+
+    def files(self) -> list[str]:
+        return expand_inputs(self.ingest.gharchive, self.ingest.s3, "GH Archive")
+
+    def plan(self, upstream: str | None) -> list[Shard]:
+        if not self.ingest.gharchive:
+            return []
+        files = self.files()
+        size = sum(io.file_size(f, self.ingest.s3) if "://" not in f or f.startswith("s3://") else 0 for f in files)
+        partitions = max(1, math.ceil(size / (self.ingest.gharchive_partition_mb * 1e6)))
+        return [Shard(index=p, kind=self.name, path=f"gharchive:{p}/{partitions}", source_index=0, start=p,
+                      stop=partitions) for p in range(partitions)]  # fmt: skip
+
+    def prepare(self, cfg: "IngestConfig", ctx: StageContext) -> "IngestConfig":
+        """Send every thread's events to its partition (events.py), once per input and partition count."""
+        if not cfg.gharchive or cfg.gharchive_events is not None:
+            return cfg
+        partitions = next((s.stop for s in ctx.shards if s.kind == self.name), 1)
+        files = self.files()
+        phases = ctx.phases(SPLIT, {"files": files, "partitions": partitions})
+        root = phases.work_uri("events")  # the files a rerun finds split are not split again (their markers)
+        phases.run("split", split_task, [(f, i, root, partitions) for i, f in enumerate(files)], "gharchive split")
+        return dataclasses.replace(cfg, gharchive_events=root)
+
+    def finish(self, cfg: "IngestConfig", ctx: StageContext) -> None:
+        """Once every shard has read its partition, the split goes."""
+        split = StageDir(ctx.out, SPLIT)
+        if cfg.gharchive_events is not None and cfg.gharchive_events.startswith(split.state_uri):
+            split.delete()
+
+    def read(self, shard: Shard) -> Iterator[pa.Table]:
+        if self.ingest.only_names is not None:
+            return
+        if self.ingest.gharchive_events is None:
+            raise ValueError("the GH Archive events were not split; run ingest, which splits them first")
+        fs, root = io.filesystem(self.ingest.gharchive_events)
+        table = shuffle.read_partition(fs, root, shard.start)
+        batch = RawBatch(shard, "gharchive", self.ingest.batch_rows, schema=self.raw_schema())
+        batch.ordinal = shard.start * _ORDINALS
+        if table is None:
+            return
+        rules = threads.load_rules(self.ingest.gharchive_rules or threads.RULES)
+        for key, events in _threads(table):
+            if key.startswith("~"):  # the bad lines of one hourly file (events.py)
+                for e in events:
+                    reason, _, detail = e["error"].partition(": ")
+                    batch.add(e["file"], reason=reason, detail=f"line {e['line']}: {detail}", kind=ISSUE,
+                              origin=e["file"])  # fmt: skip
+            else:
+                _add_thread(batch, events, rules)
+            if batch.full():
+                yield batch.flush()
+        if batch.rows:
+            yield batch.flush()
+
+
+def _threads(table: pa.Table) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Each thread's events, threads by key, events by time then id, each event id once (GH Archive repeats
+    some events across files)."""
+    rows = table.sort_by([("key", "ascending"), ("created_at", "ascending"), ("id", "ascending")]).to_pylist()
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or rows[i]["key"] != rows[start]["key"]:
+            seen: set[str | None] = set()
+            events = []
+            for e in rows[start:i]:
+                if e["id"] is None or e["id"] not in seen:
+                    seen.add(e["id"])
+                    events.append(e)
+            yield rows[start]["key"], events
+            start = i
+
+
+def _add_thread(batch: RawBatch, events: list[dict[str, Any]], rules: threads.Rules) -> None:
+    first = events[0]
+    repo, number = first["repo"], first["number"]
+    is_pr = any(e["is_pr"] for e in events)
+    kind = PULL_REQUEST if is_pr else ISSUE
+    url = f"https://github.com/{repo}/{'pull' if is_pr else 'issues'}/{number}"
+    common = {"kind": kind, "origin": url, "repo_name": repo, "number": number}
+    path = f"{'pull' if is_pr else 'issues'}/{number}"
+    if is_pr:
+        batch.add(path, reason="pr_code_not_found", detail="no repository holds its base and head revisions",
+                  **common)  # fmt: skip
+        return
+    cleaned = threads.clean(threads.build(repo, number, events), rules)
+    counts = {"events": cleaned.events, "participants": cleaned.authors, "bot_events": cleaned.bot_events,
+              "truncated_events": cleaned.truncated}  # fmt: skip
+    data = cleaned.text.encode("utf-8") if cleaned.text is not None else None
+    batch.add(path, data, reason=cleaned.reason, detail=cleaned.detail, **common, **counts)

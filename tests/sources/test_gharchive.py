@@ -1,0 +1,332 @@
+"""GitHub issue threads from GH Archive (sources/gharchive): grouping across hourly files, the published cleaning
+rules one by one (filters/github/issues.yaml, REFERENCE (k)), anonymisation and the rendered format."""
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from helpers import read_all, table_dir
+
+from stackcurate.cli import main
+from stackcurate.sources.gharchive import threads
+
+RULES = threads.load_rules()
+
+
+def event(i: int, kind: str, login: str, payload: dict, hour: int, minute: int = 0, repo: str = "acme/tool") -> dict:
+    """One event in GH Archive's schema."""
+    actor = {"id": 1000 + i, "login": login, "display_login": login, "gravatar_id": "",
+             "url": f"https://api.github.com/users/{login}",
+             "avatar_url": f"https://avatars.githubusercontent.com/u/{i}"}  # fmt: skip
+    return {"id": str(26_000_000_000 + i), "type": kind, "actor": actor,
+            "repo": {"id": 42, "name": repo, "url": f"https://api.github.com/repos/{repo}"}, "payload": payload,
+            "public": True, "created_at": f"2023-03-01T{hour:02d}:{minute:02d}:00Z"}  # fmt: skip
+
+
+def issue(number: int, login: str, title: str, body: str, pr: bool = False) -> dict:
+    found = {"id": 9000 + number, "number": number, "title": title, "body": body, "state": "open",
+             "user": {"login": login, "id": 7, "type": "User"}, "comments": 0,
+             "html_url": f"https://github.com/acme/tool/issues/{number}", "author_association": "NONE"}  # fmt: skip
+    if pr:
+        found["pull_request"] = {"url": "https://api.github.com/repos/acme/tool/pulls/1", "html_url": "x"}
+    return found
+
+
+def comment(i: int, number: int, opener: dict, login: str, body: str, hour: int, kind: str = "User") -> dict:
+    return event(i, "IssueCommentEvent", login, {"action": "created", "issue": opener, "comment": {
+        "id": 500 + i, "body": body, "user": {"login": login, "id": 8, "type": kind}, "created_at": "x",
+        "html_url": "x", "author_association": "NONE"}}, hour)  # fmt: skip
+
+
+def write_hours(folder: Path, hours: dict[int, list]) -> None:
+    """One GH Archive file per hour; a line of an entry that is a str is written as it is."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for hour, lines in hours.items():
+        with gzip.open(folder / f"2023-03-01-{hour}.json.gz", "wt") as f:
+            for line in lines:
+                f.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+
+
+def ingest(tmp_path: Path, *flags: str) -> tuple[list[dict], list[dict], list[dict]]:
+    out = tmp_path / "out"
+    argv = ["ingest", "--out", str(out), "--gharchive", str(tmp_path / "gha" / "*.json.gz"), "--runner", "local",
+            "--no-progress", *flags]  # fmt: skip
+    assert main(argv) == 0
+    stage = out / "ingest"
+    return (read_all(stage).to_pylist(), read_all(table_dir(stage, "removed")).to_pylist(),
+            read_all(table_dir(stage, "errors")).to_pylist())  # fmt: skip
+
+
+LONG = "The parser fails on nested tables when the file has a BOM. Steps to reproduce below.\n" * 3
+
+
+def test_a_thread_spread_over_hours_out_of_order_and_repeated_is_one_record(tmp_path):
+    opened = issue(7, "alice", "Parser fails on nested tables", LONG)
+    first = event(1, "IssuesEvent", "alice", {"action": "opened", "issue": opened}, 1)
+    reply = comment(2, 7, opened, "bob", "I see it too on 2.1; bisected to the tokenizer rewrite.", 2)
+    fix = comment(3, 7, opened, "alice", "Confirmed fixed on main, thanks!", 3)
+    closed = event(4, "IssuesEvent", "alice", {"action": "closed", "issue": opened}, 3, 30)
+    # the later events in the earlier file, one event twice, an event of another type
+    write_hours(tmp_path / "gha", {1: [first, fix, event(5, "WatchEvent", "carol", {"action": "started"}, 1)],
+                                   3: [closed, reply], 2: [reply]})  # fmt: skip
+    kept, removed, errors = ingest(tmp_path)
+    assert (removed, errors) == ([], [])
+    (record,) = kept
+    assert record["kind"] == "issue" and record["path"] == "/issues/7" and record["repo_name"] == "acme/tool"
+    assert record["origin"] == "https://github.com/acme/tool/issues/7"
+    assert record["content"] == (
+        "<issue_start>Title: Parser fails on nested tables\nusername_0: " + LONG.strip()
+        + "<issue_comment>username_1: I see it too on 2.1; bisected to the tokenizer rewrite."
+        + "<issue_comment>username_0: Confirmed fixed on main, thanks!<issue_closed>"
+    )  # fmt: skip
+    assert (record["events"], record["participants"], record["bot_events"]) == (3, 2, 0)
+
+
+def test_the_opening_is_taken_from_a_comment_when_gh_archive_missed_it(tmp_path):
+    opened = issue(3, "dora", "Docs: typo in install page", LONG)
+    write_hours(tmp_path / "gha", {5: [comment(1, 3, opened, "eve", "Good catch, want to send a PR?", 5)]})
+    (record,), _, _ = ingest(tmp_path)
+    assert record["content"].startswith("<issue_start>Title: Docs: typo in install page\nusername_0: The parser")
+    assert record["content"].endswith("<issue_comment>username_1: Good catch, want to send a PR?")
+
+
+def test_bad_lines_and_a_cut_file_are_error_rows_and_the_rest_is_read(tmp_path):
+    opened = issue(1, "alice", "A title", LONG)
+    opening = event(1, "IssuesEvent", "alice", {"action": "opened", "issue": opened}, 1)
+    write_hours(tmp_path / "gha", {1: ["{not json", opening, '{"type": "IssuesEvent", "payload": {}}', "[1, 2]"]})
+    pushes = "".join(json.dumps({"type": "PushEvent", "id": str(i), "sha": hashlib.sha1(b"%d" % i).hexdigest()})
+                     + "\n" for i in range(50))  # fmt: skip
+    (tmp_path / "gha" / "2023-03-01-2.json.gz").write_bytes(gzip.compress(pushes.encode())[:-30])  # cut short
+    kept, _, errors = ingest(tmp_path)
+    assert len(kept) == 1
+    found = sorted((e["reason"], e["detail"].split(":")[0]) for e in errors)
+    assert found[:3] == [("malformed_event", "line 3"), ("malformed_line", "line 1"), ("malformed_line", "line 4")]
+    assert found[3][0] == "truncated_file" and 45 <= int(found[3][1].split()[1]) <= 51  # after the whole lines
+    assert all("alice" not in (e["detail"] or "") for e in errors)  # an error row does not carry the line
+
+
+def test_a_pull_request_and_the_issue_comments_on_it_are_one_thread(tmp_path):
+    pr = {"number": 9, "title": "Speed up parsing", "body": LONG, "user": {"login": "fay", "type": "User"},
+          "state": "open", "merged": False, "base": {"ref": "main", "sha": "a" * 40},
+          "head": {"ref": "fast", "sha": "b" * 40}, "html_url": "https://github.com/acme/tool/pull/9"}  # fmt: skip
+    write_hours(tmp_path / "gha", {1: [event(1, "PullRequestEvent", "fay", {"action": "opened", "number": 9,
+                                                                            "pull_request": pr}, 1)],
+                                   2: [comment(2, 9, issue(9, "fay", "Speed up parsing", LONG, pr=True), "gus",
+                                               "LGTM", 2)]})  # fmt: skip
+    kept, removed, _ = ingest(tmp_path)
+    assert kept == []
+    assert [(r["kind"], r["path"], r["reason"]) for r in removed] == [("pull_request", "/pull/9", "pr_code_not_found")]
+
+
+# The rules, one by one (filters/github/issues.yaml)
+
+
+@pytest.mark.parametrize(
+    ("login", "bot"),
+    [
+        ("codecov-commenter", True), ("SparkQA", True), ("probot-stale", True),  # the exact list
+        ("dependabot[bot]", True), ("my-botmanager", True), ("bors-ng", True), ("jenkins-x", True),
+        ("k8s-ci-robot", True), ("run-test-suite", True), ("travis-ci-org", True),  # contains
+        ("pr-automaton", True), ("acme-automation", True), ("perf-benchmark", True), ("nightly-build", True),
+        ("acme-deployer", True), ("acme-cloud", True), ("mergebot", True), ("acme-ci", True),
+        ("style-linter", True), ("acme-teamcity", True), ("unit-test", True), ("acme-testing", True),  # ends with
+        ("alice", False), ("robotics-fan", False), ("testing-alice", False), ("cibot2", False), ("Codecov-io2", False),
+    ],
+)  # fmt: skip
+def test_bot_logins(login, bot):
+    assert threads.is_bot(login, "User", RULES) is bot
+
+
+def test_github_s_bot_type_is_a_bot_unless_turned_off():
+    assert threads.is_bot("renovate", "Bot", RULES)
+    assert not threads.is_bot("renovate", "Bot", threads.Rules(**{**RULES.__dict__, "user_type_bot": False}))
+
+
+def _thread(*posts: tuple[str, str], title: str = "A title", closed: bool = False) -> threads.Thread:
+    thread = threads.Thread("acme/tool", 1, title=title, closed=closed)
+    thread.opening = threads.Post(posts[0][0], "User", posts[0][1], "")
+    for i, (login, text) in enumerate(posts[1:]):
+        thread.comments[str(i)] = threads.Post(login, "User", text, str(i))
+    thread.logins = list(dict.fromkeys(login for login, _ in posts))
+    return thread
+
+
+def test_a_bot_comment_goes_and_the_comment_that_called_it():
+    thread = _thread(("alice", LONG), ("bob", "/retest"), ("k8s-ci-robot", "All tests passed"),
+                     ("carol", "Ping codecov-commenter please"), ("codecov-commenter", "Coverage 91%"),
+                     ("dave", "Looks good to me"), ("mergebot", "Merged"))  # fmt: skip
+    cleaned = threads.clean(thread, RULES)
+    assert (cleaned.events, cleaned.bot_events) == (2, 5)
+    assert cleaned.text is not None and "Looks good" in cleaned.text and "retest" not in cleaned.text
+
+
+def test_an_issue_of_bots_only_is_removed():
+    cleaned = threads.clean(_thread(("dependabot[bot]", LONG), ("codecov-io", "Coverage")), RULES)
+    assert (cleaned.reason, cleaned.text) == ("only_bots", None)
+
+
+def test_e_mail_reply_boilerplate_is_stripped():
+    text = ("Yes, that fixes it.\nSigned-off-by: Bob <bob@example.com>\n\nOn Mon, Mar 6, 2023 at 10:12 AM Alice "
+            "Smith <\nalice@example.com> wrote:\n> Does the patch help?\n> \n")  # fmt: skip
+    assert threads.strip_reply(text) == "Yes, that fixes it."
+    assert threads.strip_reply("Agreed.\n> quoted\nMore.") == "Agreed.\nMore."
+    assert threads.strip_reply("Sent from mail\n" + "_" * 32 + "\nFrom: Alice\nSent: Monday") == "Sent from mail"
+    assert threads.strip_reply("On the other hand, I wrote: a test.") == "On the other hand, I wrote: a test."
+
+
+def test_over_80_lines_keep_the_first_60_and_last_20():
+    lines = [f"line {i}" for i in range(1, 101)]
+    cut, done = threads.truncate("\n".join(lines), RULES)
+    assert done and cut.split("\n") == [*lines[:60], "[Truncated]", *lines[-20:]]
+    assert threads.truncate("\n".join(lines[:80]), RULES) == ("\n".join(lines[:80]), False)
+
+
+def test_users_and_size():
+    short = threads.clean(_thread(("alice", "x" * 150), ("bob", "y" * 30)), RULES)
+    assert short.reason == "too_short" and short.detail == "187 characters < 200"  # the title counts: 7 + 150 + 30
+    two = threads.clean(_thread(("alice", "x" * 8000), ("bob", "ok, thanks")), RULES)
+    assert two.reason is None  # two authors: any size
+    assert threads.clean(_thread(("alice", "x" * 6993)), RULES).reason is None  # one author, 7,000 characters
+    long = threads.clean(_thread(("alice", "x" * 6994)), RULES)
+    assert (long.reason, long.detail) == ("one_author_too_long",
+                                          "one author, 7001 characters (max 7000), 1 events (max 10)")  # fmt: skip
+    many = threads.clean(_thread(*[("alice", "x" * 30)] * 11), RULES)
+    assert many.reason == "one_author_too_long" and "11 events" in many.detail
+    assert threads.clean(_thread(*[("alice", "x" * 30)] * 10), RULES).reason is None
+
+
+def test_logins_become_usernames_in_order_of_first_appearance_everywhere():
+    thread = _thread(("Alice-Dev", "Seen by @bob-smith in https://github.com/Bob-Smith/tool, cc alice-dev"),
+                     ("bob-smith", "@Alice-Dev: see bob-smithy's fork; alice-developer agrees" + "." * 200),
+                     title="alice-dev: crash")  # fmt: skip
+    cleaned = threads.clean(thread, RULES)
+    assert cleaned.text == (
+        "<issue_start>Title: username_0: crash\nusername_0: Seen by @username_1 in https://github.com/username_1/tool,"
+        " cc username_0<issue_comment>username_1: @username_0: see bob-smithy's fork; alice-developer agrees"
+        + "."
+        * 200
+    )
+
+
+def test_a_closed_issue_ends_with_its_token_and_a_reopened_one_does_not(tmp_path):
+    opened = issue(2, "alice", "A title", LONG)
+    hours = {1: [event(1, "IssuesEvent", "alice", {"action": "opened", "issue": opened}, 1),
+                 event(2, "IssuesEvent", "alice", {"action": "closed", "issue": opened}, 1, 10),
+                 event(3, "IssuesEvent", "alice", {"action": "reopened", "issue": opened}, 1, 20)]}  # fmt: skip
+    write_hours(tmp_path / "gha", hours)
+    (record,), _, _ = ingest(tmp_path)
+    assert not record["content"].endswith("<issue_closed>")
+
+
+def test_the_same_records_for_any_order_of_the_hourly_files_and_partitions(tmp_path):
+    hours = {}
+    for n in range(1, 13):
+        opened = issue(n, f"user{n}", f"Issue {n}", LONG)
+        hours.setdefault(n % 3, []).append(event(n, "IssuesEvent", f"user{n}", {"action": "opened", "issue": opened},
+                                                 n % 3))  # fmt: skip
+        hours.setdefault((n + 1) % 3, []).append(
+            comment(100 + n, n, opened, "helper", "Thanks" + "!" * n, (n + 1) % 3)
+        )
+    write_hours(tmp_path / "a" / "gha", hours)
+    write_hours(tmp_path / "b" / "gha", dict(reversed(list(hours.items()))))
+    one, _, _ = ingest(tmp_path / "a")
+    many, _, _ = ingest(tmp_path / "b", "--gharchive-partition-mb", "0.0001")
+    assert len(one) == 12
+    assert sorted((r["content"], r["path"]) for r in one) == sorted((r["content"], r["path"]) for r in many)
+    assert len({r["doc_id"] for r in many}) == 12
+    assert len(list((tmp_path / "b" / "out" / "_state" / "ingest" / "shards").iterdir())) > 1
+    assert not (tmp_path / "b" / "out" / "_state" / "ingest_gharchive").exists()  # the split goes once read
+    assert pq.read_schema(next((tmp_path / "a" / "out" / "ingest").glob("*.parquet"))).field("kind")
+
+
+# No login or author e-mail of the input survives into any output (issue 31)
+
+PLANTED = {  # where each login sits in GH Archive's events
+    "qzopener": "the opening's author (actor, payload.issue.user)",
+    "qzcommenter": "a comment's author (actor, payload.comment.user)",
+    "qzmentioned": "a participant mentioned with @ in a comment",
+    "qzprofile": "a participant's profile URL in a comment",
+    "qzreplier": "the author of a reply by e-mail, in its `On ... wrote:` line",
+    "qztitle": "a participant named in the title",
+    "qzprauthor": "a pull request's author (payload.pull_request.user)",
+}
+EMAILS = ("qzreplier@example.org", "qzopener.work@example.com")
+
+
+@pytest.fixture(scope="module")
+def private_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("gh_private")
+    hours: dict[int, list] = {}
+    prose = ("The loader drops the last record when the input has no trailing newline, so the totals are off by "
+             "one on every nightly export; reproduced on 3.1 and 3.2 with the sample below.\n") * 4  # fmt: skip
+    for n in range(1, 9):
+        opened = issue(n, "qzopener", f"Loader drops a record (seen by qztitle, case {n})",
+                       prose + f"Contact: {EMAILS[1]}")  # fmt: skip
+        hours.setdefault(1, []).append(
+            event(10 * n, "IssuesEvent", "qzopener", {"action": "opened", "issue": opened}, 1)
+        )
+        hours.setdefault(2, []).append(comment(10 * n + 1, n, opened, "qzcommenter",
+                                               f"Same here, @qzmentioned saw it too (https://github.com/qzprofile). "
+                                               f"{prose}", 2))  # fmt: skip
+        hours.setdefault(3, []).append(comment(10 * n + 2, n, opened, "qzreplier",
+                                               "Fixed by the patch, thanks qzcommenter.\n\nOn Tue, Mar 7, 2023 at "
+                                               f"9:01 AM qzreplier <{EMAILS[0]}> wrote:\n> @qzopener did it help?",
+                                               3))  # fmt: skip
+        for who in ("qzmentioned", "qzprofile", "qztitle"):  # participants elsewhere in the thread
+            hours[3].append(comment(10 * n + 3 + len(who), n, opened, who, f"+1 from me ({who})" + prose, 3))
+    pr = {"number": 99, "title": "Fix loader", "body": prose, "user": {"login": "qzprauthor", "type": "User"},
+          "state": "open", "merged": False, "base": {"ref": "main", "sha": "a" * 40},
+          "head": {"ref": "fix", "sha": "b" * 40}}  # fmt: skip
+    hours[1].append(
+        event(999, "PullRequestEvent", "qzprauthor", {"action": "opened", "number": 99, "pull_request": pr}, 1)
+    )
+    write_hours(root / "gha", hours)
+    text = "\n".join(gzip.decompress(p.read_bytes()).decode() for p in sorted((root / "gha").iterdir()))
+    assert all(login in text for login in PLANTED) and all(e in text for e in EMAILS)  # the test can fail
+    pipeline = root / "pipeline.yaml"
+    pipeline.write_text(
+        f"out: {root / 'out'}\nstages:\n"
+        f"  ingest: {{gharchive: ['{root / 'gha'}/*.json.gz'], keep: true}}\n"
+        "  dedup: {}\n"
+        "  pii: {model: none, redact: [EMAIL, IP_ADDRESS, KEY, PASSWORD, NAME, USERNAME]}\n"
+        "  format: {fim_rate: 0.0}\n"
+        "  tokenize: {vocab_size: 600}\n"
+    )
+    assert main(["run", str(pipeline), "--runner", "local", "--no-progress"]) == 0
+    return root / "out"
+
+
+def _strings_under(folder: Path) -> str:
+    found = []
+    for path in sorted(folder.rglob("*")):
+        if path.suffix == ".parquet":
+            found += [str(v) for row in pq.read_table(path).to_pylist() for v in row.values()]
+        elif path.is_file() and path.suffix in (".json", ".yaml", ".md", ".html", ".txt"):
+            found.append(path.read_text(errors="replace"))
+    return "\n".join(found)
+
+
+def test_no_login_or_author_e_mail_in_any_output(private_run):
+    import numpy as np
+    from megatron_reader import read as read_megatron
+    from tokenizers import Tokenizer
+
+    ingested = read_all(private_run / "ingest").to_pylist()
+    assert len(ingested) == 8 and all(r["kind"] == "issue" for r in ingested)
+    assert "username_0" in ingested[0]["content"]
+    everything = _strings_under(private_run)  # every stage, before and after pii, stats and configs included
+    tokenizer = Tokenizer.from_file(str(private_run / "tokenizer" / "tokenizer.json"))
+    manifest = json.loads((private_run / "megatron" / "manifest.json").read_text())
+    decoded = [tokenizer.decode(seq.tolist(), skip_special_tokens=False) for shard in manifest["shards"]
+               for seq in read_megatron(private_run / "megatron" / shard["shard"])]  # fmt: skip
+    vocabulary = [tokenizer.decode([i]) for i in range(tokenizer.get_vocab_size())]
+    # the threads are alike: dedup keeps one or a few
+    assert len(decoded) == read_all(private_run / "pii").num_rows >= 1
+    assert all(np.char.startswith(d, "<issue_start>") for d in decoded)
+    for where, text in (("outputs", everything), ("shards", "\n".join(decoded))):
+        leaks = [x for x in [*PLANTED, *EMAILS] if x in text.lower()]
+        assert leaks == [], f"{where}: {[(x, PLANTED.get(x, 'an author e-mail')) for x in leaks]}"
+    assert [t for t in vocabulary if len(t) >= 5 and any(t.strip() in x for x in PLANTED)] == []
