@@ -13,6 +13,8 @@ way Software Heritage serves them, so the whole pipeline runs with no download:
                                       stages/graph/mini.py)
     OUT/gharchive/*.json.gz           a small GH Archive of issues, in its exact event schema, made from the
                                       entries of IDLE's NEWS.txt (sources/gharchive/sample.py)
+    OUT/history/stackcurate.git       the git history of the stackcurate checkout this runs from, a bare clone
+                                      (none from an installed wheel, which has no history)
 
 The selection is deterministic: files are ordered by the SHA-1 of their path and taken up to the budget.
 """
@@ -84,6 +86,7 @@ class SampleInfo:
     bundles: list[str]
     graph_origins: int
     issues: int = 0
+    history: str | None = None
 
 
 def _roots() -> list[tuple[str, Path]]:
@@ -153,8 +156,20 @@ def build_sample(out: str | Path, *, max_bytes: int = 20_000_000, max_files: int
     from stackcurate.sources.gharchive import sample as gharchive
 
     issues = gharchive.write_sample(out / "gharchive")
+    history = _write_history(out / "history")
     return SampleInfo(files=len(rows), bytes=total, repos=len({r["repo_name"] for r in rows}), bundles=bundles,
-                      graph_origins=len(graph["origins"]), issues=issues)  # fmt: skip
+                      graph_origins=len(graph["origins"]), issues=issues, history=history)  # fmt: skip
+
+
+def _write_history(folder: Path) -> str | None:
+    """A bare clone of the checkout stackcurate runs from (real history for `ingest --history`), or None."""
+    checkout = Path(__file__).resolve().parents[1]
+    if not (checkout / ".git").exists():
+        return None
+    folder.mkdir(parents=True)
+    target = folder / "stackcurate.git"
+    _git(folder, "clone", "--quiet", "--bare", "--no-hardlinks", str(checkout), str(target))
+    return str(target)
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -13,6 +13,7 @@ JUPYTER_START, JUPYTER_TEXT, JUPYTER_CODE = "<jupyter_start>", "<jupyter_text>",
 JUPYTER_OUTPUT, JUPYTER_SCRIPT, EMPTY_OUTPUT = "<jupyter_output>", "<jupyter_script>", "<empty_output>"
 REPONAME, FILENAME, GH_STARS = "<reponame>", "<filename>", "<gh_stars>"
 ISSUE_START, ISSUE_COMMENT, ISSUE_CLOSED = "<issue_start>", "<issue_comment>", "<issue_closed>"
+COMMIT_BEFORE, COMMIT_MSG, COMMIT_AFTER = "<commit_before>", "<commit_msg>", "<commit_after>"
 
 SPECIAL_TOKENS = (
     EOD,
@@ -57,7 +58,7 @@ SPECIAL_TOKENS = (
     REPONAME,
     FILENAME,
     GH_STARS,
-    "<commit_before>",
-    "<commit_msg>",
-    "<commit_after>",
+    COMMIT_BEFORE,
+    COMMIT_MSG,
+    COMMIT_AFTER,
 )

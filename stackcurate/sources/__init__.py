@@ -1,10 +1,10 @@
 """Ingest's sources: one class per kind of input, each in a file of its own, behind one protocol (base.Source).
 
 BUILT_IN lists the sources of stackcurate in plan order. Those read from ingest's own settings (`metadata`,
-`bundles`, `repos`, `gharchive`) always run, and their shards come in this order: The Stack v2 metadata row
-ranges, vault bundles, local repositories, GH Archive's threads. Ingest's `sources` setting adds sources with
-settings of their own after them, each named by its `name` (one listed here) or `module:Class` (one from
-outside), with its settings (docs/sources.md).
+`bundles`, `repos`, `history`, `gharchive`) always run, and their shards come in this order: The Stack v2
+metadata row ranges, vault bundles, local repositories, their commits, GH Archive's threads. Ingest's `sources`
+setting adds sources with settings of their own after them, each named by its `name` (one listed here) or
+`module:Class` (one from outside), with its settings (docs/sources.md).
 """
 
 import importlib
@@ -15,6 +15,7 @@ from stackcurate.core.config import build_config, to_dict
 from stackcurate.core.errors import StackcurateError
 from stackcurate.sources.base import Source
 from stackcurate.sources.gharchive import GHArchive
+from stackcurate.sources.git_history import GitHistory
 from stackcurate.sources.local_repo import LocalRepo
 from stackcurate.sources.stack_v2 import StackV2
 from stackcurate.sources.vault_flat import VaultFlat
@@ -23,7 +24,7 @@ from stackcurate.sources.vault_git_bare import VaultGitBare
 if TYPE_CHECKING:
     from stackcurate.stages.ingest import IngestConfig
 
-BUILT_IN: tuple[type[Source], ...] = (StackV2, VaultFlat, VaultGitBare, LocalRepo, GHArchive)
+BUILT_IN: tuple[type[Source], ...] = (StackV2, VaultFlat, VaultGitBare, LocalRepo, GitHistory, GHArchive)
 
 
 def load(spec: str) -> type[Source]:

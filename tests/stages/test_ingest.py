@@ -143,7 +143,7 @@ def test_the_error_reasons_are_ingest_s_own_and_those_its_sources_declare():
         *("unsafe_member", "corrupt_bundle"),  # vault bundles, local repositories
         *("malformed_line", "malformed_event", "truncated_file"),  # GH Archive
     }
-    assert [s.name for s in sources.BUILT_IN] == ["stack_v2", "flat", "git_bare", "repo", "gharchive"]
+    assert [s.name for s in sources.BUILT_IN] == ["stack_v2", "flat", "git_bare", "repo", "history", "gharchive"]
     for source in sources.BUILT_IN:
         assert source.error_reasons <= ERROR_REASONS, source.name
 

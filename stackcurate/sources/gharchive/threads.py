@@ -51,14 +51,18 @@ class Rules:
     one_author_max_events: int
 
 
-@cache
 def load_rules(path: str = RULES) -> Rules:
     """The rules of a YAML file laid out as filters/github/issues.yaml (`filters/...`: the shipped one when no
     such file is here)."""
     found = Path(path) if Path(path).exists() else shipped_table(path)
     if found is None:
         raise StackcurateError(f"no issue rules file {path}; pass --gharchive-rules with one laid out as {RULES}")
-    data = yaml.safe_load(found.read_text())
+    return _read(str(found), found.stat().st_mtime_ns)
+
+
+@cache
+def _read(path: str, mtime: int) -> Rules:  # read once per file and version: each worker reads it once
+    data = yaml.safe_load(Path(path).read_text())
     bots, text, threads = data["bots"], data["text"], data["threads"]
     return Rules(
         exact=frozenset(bots["exact"]), contains=tuple(bots["contains"]), endswith=tuple(bots["endswith"]),

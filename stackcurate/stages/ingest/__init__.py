@@ -70,6 +70,14 @@ class IngestConfig:
     )
     bundles: tuple[str, ...] = option((), "SWH vault bundles or globs (flat .tar.gz, git-bare .git.tar)", path=True)
     repos: tuple[str, ...] = option((), "local folders or git repositories", path=True)
+    history: tuple[str, ...] = option(
+        (), "git repositories (working or bare) whose single-file commits to read, as StarCoder's", path=True
+    )
+    history_rules: str | None = option(
+        None, "how commits are kept: sizes, subjects, languages, sampling (default: the shipped "
+        "filters/github/commits.yaml)", path=True,
+    )  # fmt: skip
+    history_seed: int = option(0, "seed of the commits' sampling and windows")
     gharchive: tuple[str, ...] = option(
         (), "GH Archive hourly event files or globs (YYYY-MM-DD-H.json.gz; local, s3:// or https://)", path=True
     )
@@ -155,7 +163,8 @@ def plan(cfg: IngestConfig, metadata_from: str | None = None) -> list[Shard]:
         listed = [s.name for s in built[len(built) - len(cfg.sources) :]]  # build() puts them last
         found = f"; {', '.join(listed)} found nothing to read: check its settings" if listed else ""
         raise StackcurateError(
-            f"ingest needs an input: --metadata with --content, --bundles, --repos, --gharchive, or --sources{found}"
+            f"ingest needs an input: --metadata with --content, --bundles, --repos, --history, --gharchive, or "
+            f"--sources{found}"
         )
     shards: list[Shard] = []
     for group in planned.values():
@@ -191,6 +200,7 @@ class IngestStage(Stage):
                               content/<blob_id> gzip objects (a folder, or s3://softwareheritage for SWH)
       --bundles               Software Heritage vault bundles (directory .tar.gz, git-bare .git.tar)
       --repos                 local folders or git repositories
+      --history               git repositories' single-file commits, as StarCoder's (kind commit)
       --gharchive             GH Archive hourly event files: GitHub issue threads and pull requests, cleaned,
                               anonymised and rendered as StarCoder2's (kinds issue and pull_request)
 

@@ -1,0 +1,233 @@
+"""Commits from the history of git repositories (`ingest --history REPO...`), as StarCoder's commits.
+
+For each repository (a working tree or a bare one), every commit that is not a merge and changes exactly
+one file (added or modified) is a record of kind `commit`: the file before and after, and the subject line,
+rendered `<commit_before>{old}<commit_msg>{subject}<commit_after>{new}`: the whole files with p = 0.2, else the
+changed lines with 0-31 lines around them (seeded). StarCoder's filters, in filters/github/commits.yaml: the file
+before under 100,000 characters; no empty file after or subject; changes of <= 2 or >= 200 lines kept with
+p = 0.1; boilerplate subjects, version strings, subjects of long words removed, short ones kept with p = 0.5;
+programming languages only (go-enry's type; JSON, YAML, XML and HTML with p = 0.5); one commit per path, the
+newest of those the filters keep. Authors' names and e-mails are read nowhere: the text is the code and the subject.
+"""
+
+import difflib
+import hashlib
+import random
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+
+from stackcurate.core import tokens as tk
+from stackcurate.core.contract import Shard
+from stackcurate.core.errors import StackcurateError
+from stackcurate.core.paths import shipped_table
+from stackcurate.sources.base import RawBatch, Source
+
+COMMIT = "commit"
+RULES = "filters/github/commits.yaml"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One single-file commit, as `git log` lists it."""
+
+    commit: str
+    parent: str | None
+    time: int
+    subject: str
+    path: str
+    added: int
+    deleted: int
+
+
+def load_rules(path: str = RULES) -> dict[str, Any]:
+    """The rules of a YAML file laid out as filters/github/commits.yaml (`filters/...`: the shipped one when no
+    such file is here)."""
+    found = Path(path) if Path(path).exists() else shipped_table(path)
+    if found is None:
+        raise StackcurateError(f"no commit rules file {path}; pass --history-rules with one laid out as {RULES}")
+    return _read(str(found), found.stat().st_mtime_ns)
+
+
+@cache
+def _read(path: str, mtime: int) -> dict[str, Any]:  # read once per file and version: each worker reads it once
+    return yaml.safe_load(Path(path).read_text())
+
+
+def changes(repo: str) -> Iterator[Change]:
+    """The repository's single-file commits, newest first (merges and renames left out)."""
+    listing = subprocess.run(
+        ["git", "-C", repo, "log", "--no-merges", "--no-renames", "-z", "--numstat",
+         "--format=%x1e%H%x1f%P%x1f%ct%x1f%s"],
+        capture_output=True, check=True,
+    ).stdout.decode("utf-8", "surrogateescape")  # fmt: skip
+    for chunk in listing.split("\x1e")[1:]:
+        header, _, files = chunk.partition("\0")
+        entries = [e for e in files.lstrip("\n").split("\0") if e]
+        if len(entries) != 1:
+            continue
+        added, deleted, path = entries[0].split("\t", 2)
+        if added == "-":  # a binary file
+            continue
+        commit, parents, time, subject = header.split("\x1f", 3)
+        parent = parents.split()[0] if parents else None
+        yield Change(commit, parent, int(time), subject, path, int(added), int(deleted))
+
+
+class _Blobs:
+    """Reads `<rev>:<path>` contents through one `git cat-file --batch` process."""
+
+    def __init__(self, repo: str) -> None:
+        self.proc = subprocess.Popen(["git", "-C", repo, "cat-file", "--batch"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE)  # fmt: skip
+
+    def read(self, rev: str | None, path: str) -> bytes | None:
+        if rev is None:
+            return None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{rev}:{path}\n".encode("utf-8", "surrogateescape"))
+        self.proc.stdin.flush()
+        header = self.proc.stdout.readline().split()
+        if len(header) < 3 or header[1] == b"missing":
+            return None
+        data = self.proc.stdout.read(int(header[2]))
+        self.proc.stdout.read(1)  # the newline after the object
+        return data
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _chance(seed: int, *key: str) -> random.Random:
+    """A random generator of its own for each commit and path: the same draws whatever the workers."""
+    digest = hashlib.sha256("\0".join([str(seed), *key]).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def judge(change: Change, old: str, new: str, language: str | None, kind: str, rules: dict[str, Any],
+          rng: random.Random) -> tuple[str, str] | None:  # fmt: skip
+    """(reason, detail) when StarCoder's filters remove the commit; None when it is kept."""
+    subjects = rules["subjects"]
+    subject = change.subject.strip()
+    low = subject.lower()
+    lines = change.added + change.deleted
+    if len(old) >= rules["max_old_chars"]:
+        return "old_too_large", f"{len(old)} characters before (cap {rules['max_old_chars']})"
+    if not new.strip():
+        return "empty_after", "the file is empty after the commit"
+    if not subject:
+        return "empty_subject", "no subject"
+    if lines <= rules["small_change_lines"] and rng.random() >= rules["small_change_keep"]:
+        return "sampled_small_change", f"{lines} lines changed, kept with p={rules['small_change_keep']}"
+    if lines >= rules["large_change_lines"] and rng.random() >= rules["large_change_keep"]:
+        return "sampled_large_change", f"{lines} lines changed, kept with p={rules['large_change_keep']}"
+    if any(s in low for s in subjects["contains"]) or low in subjects["exact"]:
+        return "boilerplate_subject", subject[:100]
+    if re.match(subjects["version"], subject):
+        return "version_subject", subject[:100]
+    words = subject.split()
+    if len(subject) / max(1, len(words)) > subjects["max_chars_per_word"]:
+        return "long_words_subject", f"{len(subject) / max(1, len(words)):.0f} characters per word"
+    if len(words) == 1 and change.subject.startswith(" "):
+        return "one_word_subject", subject[:100]
+    if len(words) < subjects["short_words"] and rng.random() >= subjects["short_keep"]:
+        return "sampled_short_subject", f"{len(words)} words, kept with p={subjects['short_keep']}"
+    rate = rules["languages"]["sampled"].get(language)
+    if rate is None and kind not in rules["languages"]["types"]:
+        return "not_code", f"{language or 'no language'} ({kind})"
+    if rate is not None and rng.random() >= rate:
+        return "sampled_language", f"{language} kept with p={rate}"
+    return None
+
+
+def render(change: Change, old: str, new: str, rules: dict[str, Any], rng: random.Random) -> str:
+    """StarCoder's commit format (module docstring): the whole files, or the changed lines and some around."""
+    fmt = rules["format"]
+    if rng.random() >= fmt["whole_file_rate"]:
+        a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+        blocks = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+        if blocks:
+            before, after = rng.randint(0, fmt["context_lines"]), rng.randint(0, fmt["context_lines"])
+            old = "".join(a[max(0, blocks[0][1] - before) : blocks[-1][2] + after])
+            new = "".join(b[max(0, blocks[0][3] - before) : blocks[-1][4] + after])
+    return f"{tk.COMMIT_BEFORE}{old}{tk.COMMIT_MSG}{change.subject.strip()}{tk.COMMIT_AFTER}{new}"
+
+
+class GitHistory(Source):
+    name = "history"
+    option = "history"
+    kinds = (COMMIT,)
+    columns = (
+        pa.field("lines_changed", pa.int32()),  # lines added and deleted by the commit
+    )
+    error_reasons = frozenset({"unreadable_input"})
+    reads_only_names = True  # a read of some names (license's scan) reads no history
+
+    def plan(self, upstream: str | None) -> list[Shard]:
+        for repo in self.ingest.history:
+            if not ((Path(repo) / ".git").exists() or (Path(repo) / "HEAD").is_file()):
+                raise StackcurateError(f"--history {repo} is not a git repository (no .git, no HEAD)")
+        return [Shard(index=i, kind=self.name, path=r, source_index=i) for i, r in enumerate(self.ingest.history)]
+
+    def read(self, shard: Shard) -> Iterator[pa.Table]:
+        if self.ingest.only_names is not None:
+            return
+        import enry
+
+        rules = load_rules(self.ingest.history_rules or RULES)
+        repo = shard.path
+        batch = RawBatch(shard, "history", self.ingest.batch_rows, schema=self.raw_schema(),
+                         common={"repo_name": _repo_name(repo), "kind": COMMIT})  # fmt: skip
+        blobs = _Blobs(repo)
+        seen: set[str] = set()
+        try:
+            for change in changes(repo):
+                common = {"revision_id": change.commit, "committer_date": change.time * 1_000_000,
+                          "lines_changed": change.added + change.deleted}  # fmt: skip
+                if change.path in seen:
+                    batch.add(change.path, reason="path_seen", detail="a newer commit of this path is kept", **common)
+                elif self._add(batch, blobs, change, rules, common, enry):
+                    seen.add(change.path)
+                if batch.full():
+                    yield batch.flush()
+        finally:
+            blobs.close()
+        if batch.rows:
+            yield batch.flush()
+
+    def _add(self, batch: RawBatch, blobs: _Blobs, change: Change, rules: dict[str, Any], common: dict[str, Any],
+             enry: Any) -> bool:  # fmt: skip
+        """Add the commit's record, kept or removed; whether it was kept."""
+        new_bytes = blobs.read(change.commit, change.path)
+        if new_bytes is None:  # deleted by the commit
+            batch.add(change.path, reason="empty_after", detail="the file is deleted by the commit", **common)
+            return False
+        old_bytes = blobs.read(change.parent, change.path) or b""
+        try:
+            old, new = old_bytes.decode("utf-8"), new_bytes.decode("utf-8")
+        except UnicodeDecodeError:
+            batch.add(change.path, reason="not_utf8", detail="the file before or after is not UTF-8", **common)
+            return False
+        language = enry.get_language(change.path, new_bytes) or None
+        kind = enry.get_language_type(language) if language else "unknown"
+        rng = _chance(self.ingest.history_seed, change.commit, change.path)
+        if verdict := judge(change, old, new, language, kind, rules, rng):
+            batch.add(change.path, reason=verdict[0], detail=verdict[1], language=language, **common)
+            return False
+        text = render(change, old, new, rules, rng).encode("utf-8")
+        batch.add(change.path, text, language=language, **common)
+        return True
+
+
+def _repo_name(repo: str) -> str:
+    """The repository's name, as the local source names its files' (its folder's name, without `.git`)."""
+    return Path(repo).resolve().name.removesuffix(".git")
