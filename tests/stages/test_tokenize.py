@@ -237,3 +237,40 @@ def test_special_tokens_are_stripped_as_one_replace_after_another():
         cut = rng.randrange(1, len(outer))
         text += outer[:cut] + rng.choice(tk.SPECIAL_TOKENS) + outer[cut:]
         assert bpe.strip_special(text) == one_by_one(text), text
+
+
+def test_each_kind_goes_into_the_shards_its_weight_s_times(tmp_path, tokenizer_dir, ray_local):
+    """StarCoder2 mixed its sources by epochs (issues, commits and code each their own): issue=2 puts every issue
+    in twice, commit=0.5 a seeded half of the commits, and a kind not named goes once; the same for any number of
+    workers."""
+    texts = _documents(tmp_path, files=2)
+    kinds = {doc: ("issue", "commit", "file")[doc % 3] for doc in texts}
+    for path in sorted((tmp_path / "in").glob("*.parquet")):
+        table = pq.read_table(path)
+        pq.write_table(table.append_column("kind", pa.array([kinds[d] for d in table.column("doc_id").to_pylist()])),
+                       path)  # fmt: skip
+    weights = ["issue=2", "commit=0.5"]
+    folder = _tokenize(tmp_path, "out", tokenizer=str(tokenizer_dir), shard_mb=0.02, weights=weights)
+    placed = [r["doc_id"] for r in read_all(folder / "documents").to_pylist()]
+    times = {doc: placed.count(doc) for doc in texts}
+    assert {times[d] for d in texts if kinds[d] == "issue"} == {2}
+    assert {times[d] for d in texts if kinds[d] == "file"} == {1}
+    commits = [times[d] for d in texts if kinds[d] == "commit"]
+    assert set(commits) == {0, 1} and 0.25 < sum(commits) / len(commits) < 0.75
+    removed = read_all(tmp_path / "out" / "_removed" / "tokenize").to_pylist()
+    assert sorted(r["doc_id"] for r in removed) == sorted(d for d in texts if times[d] == 0)
+    assert {(r["reason"], r["detail"]) for r in removed} == {("kind_weight", "commit weight 0.5")}
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert set(manifest["tokens_by_kind"]) == {"issue", "commit", "file"}
+    assert sum(manifest["tokens_by_kind"].values()) == manifest["tokens"]
+    assert manifest["weights"] == {"issue": 2.0, "commit": 0.5}
+    two = _tokenize(tmp_path, "two", RunOptions(runner="ray", workers=2, progress=False),
+                    tokenizer=str(tokenizer_dir), shard_mb=0.02, weights=weights)  # fmt: skip
+    assert _shard_files(two) == _shard_files(folder)
+
+
+def test_a_weight_that_is_not_kind_equals_epochs_is_one_line(tmp_path, capsys):
+    from stackcurate.cli import main
+
+    assert main(["tokenize", "--out", str(tmp_path), "--weights", "issue:2"]) == 2
+    assert "tokenize weights: 'issue:2' must be KIND=EPOCHS" in capsys.readouterr().err

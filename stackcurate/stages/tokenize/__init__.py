@@ -38,6 +38,7 @@ from stackcurate.core.config import option
 from stackcurate.core.contract import Shard, Stage, StageContext, StageOutput
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.layout import StageDir
+from stackcurate.core.schema import FILE_KIND, KIND, with_reason
 from stackcurate.stages.tokenize import tokenizer as bpe
 from stackcurate.stages.tokenize.encoder import Encoder
 
@@ -65,10 +66,39 @@ class TokenizeConfig:
     seed: int = option(42, "seed of the training sample and of the document order in the shards")
     shard_mb: float = option(512.0, "size of each Megatron .bin shard, about")
     batch_rows: int = option(128, "documents read at a time (each encode call takes ~4M characters of them)")
+    weights: tuple[str, ...] = option(
+        (), "KIND=EPOCHS pairs: how many times each kind of document goes into the shards (issue=2, commit=0.5: "
+        "each of them twice, half of them, seeded), as StarCoder2 mixed its sources; 1 for a kind not named",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.shard_mb <= 0 or self.train_mb <= 0 or self.batch_rows < 1:
             raise ValueError("shard_mb, train_mb and batch_rows must be positive")
+        parse_weights(self.weights)
+
+
+def parse_weights(pairs: tuple[str, ...]) -> dict[str, float]:
+    """{kind: epochs} of `weights` (a one-line error for a pair that is not KIND=EPOCHS, EPOCHS >= 0)."""
+    found: dict[str, float] = {}
+    for pair in pairs:
+        kind, sep, value = pair.partition("=")
+        try:
+            epochs = float(value)
+        except ValueError:
+            epochs = -1.0
+        if not sep or not kind.strip() or epochs < 0:
+            raise StackcurateError(f"tokenize weights: '{pair}' must be KIND=EPOCHS, e.g. issue=2 or commit=0.5")
+        found[kind.strip()] = epochs
+    return found
+
+
+def copies(doc_ids: np.ndarray, kinds: list[str], weights: dict[str, float], seed: int) -> np.ndarray:
+    """How many times each document goes into the shards: its kind's epochs, the whole part for all of them and
+    the fraction for a seeded share (the same documents whatever the workers)."""
+    epochs = np.array([weights.get(k, 1.0) for k in kinds], dtype=np.float64)
+    whole = np.floor(epochs)
+    draw = _order(doc_ids, seed + 2).astype(np.float64) / 2.0**64  # uniform in [0, 1), not the shard order
+    return (whole + (draw < epochs - whole)).astype(np.int64)
 
 
 def _order(doc_ids: np.ndarray, seed: int) -> np.ndarray:
@@ -175,6 +205,8 @@ class TokenizeStage(Stage):
 
     def __init__(self, cfg: TokenizeConfig) -> None:
         super().__init__(cfg)
+        weights = parse_weights(cfg.weights)
+        self.weights = weights if any(w != 1.0 for w in weights.values()) else None  # None: each document once
         if cfg.tokenizer == "train":  # checked before `before_shards` trains it; the workers get the folder
             self.tokenizer = None
             return
@@ -189,18 +221,19 @@ class TokenizeStage(Stage):
         fs, path = io.filesystem(shard.path)
         names = pq.read_schema(path, filesystem=fs).names
         text = _text_column(names, shard.path)
-        columns = ["doc_id", text] + (["language"] if "language" in names else [])
+        columns = ["doc_id", text] + [c for c in ("language", KIND) if c in names]
         batches = io.scan_parquet_slice(
             fs, path, shard.start, shard.stop, batch_rows=self.cfg.batch_rows, columns=columns
         )  # only the columns it encodes and keeps
         for table in batches:
             yield table.rename_columns([c if c != "content" else "text" for c in columns])
 
-    def output_schema(self, shard: Shard) -> pa.Schema:
+    def output_schema(self, shard: Shard | None) -> pa.Schema:
         return pa.schema(
             [
                 pa.field("doc_id", pa.int64(), nullable=False),
                 pa.field("language", pa.string()),
+                pa.field(KIND, pa.string()),  # file, repository, notebook, issue, commit, ... (format's kinds)
                 pa.field("n_tokens", pa.int64()),
                 pa.field("order", pa.uint64()),
                 pa.field("tokens", pa.large_list(pa.from_numpy_dtype(self.dtype))),
@@ -226,16 +259,42 @@ class TokenizeStage(Stage):
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         doc_ids = table.column("doc_id").to_numpy()
         n = table.num_rows
-        kept = pa.table(
-            {
-                "doc_id": doc_ids,
-                "language": table.column("language") if "language" in table.column_names else pa.nulls(n, pa.string()),
-                "n_tokens": lengths,
-                "order": _order(doc_ids, self.cfg.seed),
-                "tokens": pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(flat)),
-            }
-        )
-        return StageOutput(kept=kept, stats={("tokens", None, None): float(lengths.sum())})
+        columns = {
+            "doc_id": doc_ids,
+            "language": table.column("language") if "language" in table.column_names else pa.nulls(n, pa.string()),
+            "n_tokens": lengths,
+            "order": _order(doc_ids, self.cfg.seed),
+            "tokens": pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(flat)),
+        }
+        kinds = [
+            k or FILE_KIND for k in (table.column(KIND).to_pylist() if KIND in table.column_names else [None] * n)
+        ]
+        columns[KIND] = pa.array(kinds, pa.string())
+        once = pa.table({name: columns[name] for name in self.output_schema(None).names})
+        if self.weights is None:  # every document once
+            return StageOutput(kept=once, stats={("tokens", None, None): float(lengths.sum())})
+        times = copies(doc_ids, kinds, self.weights, self.cfg.seed)
+        # the first copy keeps the document's order; the others get orders of their own, spread over the shards
+        rows = np.repeat(np.arange(n), times)
+        copy = np.concatenate([np.arange(t) for t in times]) if n else np.zeros(0, dtype=np.int64)
+        kept = once.take(pa.array(rows))
+        others = _order(kept.column("doc_id").to_numpy() ^ (copy.astype(np.int64) << 48), self.cfg.seed)
+        orders = np.where(copy == 0, kept.column("order").to_numpy(), others)
+        kept = kept.set_column(kept.schema.get_field_index("order"), "order", pa.array(orders, pa.uint64()))
+        gone = times == 0
+        removed = pa.table(
+            {"doc_id": doc_ids[gone], "language": columns["language"].filter(pa.array(gone)),
+             KIND: [k for k, g in zip(kinds, gone, strict=True) if g], "reason": ["kind_weight"] * int(gone.sum()),
+             "detail": [f"{k} weight {self.weights.get(k, 1.0):g}" for k, g in zip(kinds, gone, strict=True) if g]},
+            schema=self.removed_schema(None),
+        )  # fmt: skip
+        tokens = float(kept.column("n_tokens").to_numpy().sum())
+        return StageOutput(kept=kept, removed=removed, stats={("tokens", None, None): tokens})
+
+    def removed_schema(self, output_schema: pa.Schema | None) -> pa.Schema:
+        """What a kind's weight left out: the documents (doc_id, language, kind; not their text) and why."""
+        fields = [pa.field("doc_id", pa.int64()), pa.field("language", pa.string()), pa.field(KIND, pa.string())]
+        return with_reason(pa.schema(fields))
 
 
 # ---- 3. Megatron shards ----------------------------------------------------------------------------------
@@ -303,10 +362,17 @@ def write_shards(cfg: TokenizeConfig, ctx: StageContext) -> None:
     files = [stage.path("data", s) for s in ctx.shards]
     tok = bpe.load(cfg.tokenizer)
     dtype = megatron.token_dtype(tok.get_vocab_size())
-    tokens = 0
+    tokens, by_kind = 0, {}
     for path in files:
         fs, file = io.filesystem(path)
-        tokens += int(pq.read_table(file, filesystem=fs, columns=["n_tokens"]).column("n_tokens").to_numpy().sum())
+        counts = (
+            pq.read_table(file, filesystem=fs, columns=["n_tokens", KIND])
+            .group_by(KIND)
+            .aggregate([("n_tokens", "sum")])
+        )
+        for kind, n in zip(counts.column(KIND).to_pylist(), counts.column("n_tokens_sum").to_pylist(), strict=True):
+            by_kind[kind] = by_kind.get(kind, 0) + int(n)
+            tokens += int(n)
     shards = max(1, math.ceil(tokens * dtype.itemsize / (cfg.shard_mb * 1e6)))
     phases = ctx.phases("tokenize", {"shards": shards}, own=True)
     routed = phases.work_uri(f"routed-{shards}")
@@ -331,6 +397,8 @@ def write_shards(cfg: TokenizeConfig, ctx: StageContext) -> None:
         "seed": cfg.seed,
         "documents": sum(w["documents"] for w in written),
         "tokens": sum(w["tokens"] for w in written),
+        "tokens_by_kind": dict(sorted(by_kind.items())),  # epochs included (`weights`)
+        "weights": parse_weights(cfg.weights),
         "shards": written,
     }
     io.write_bytes_atomic(out_fs, io.join(megatron_root, "manifest.json"),
