@@ -167,7 +167,7 @@ def _write_history(folder: Path) -> str | None:
     if not (checkout / ".git").exists():
         return None
     folder.mkdir(parents=True)
-    target = folder / "stackcurate.git"
+    target = folder.resolve() / "stackcurate.git"
     _git(folder, "clone", "--quiet", "--bare", "--no-hardlinks", str(checkout), str(target))
     return str(target)
 
