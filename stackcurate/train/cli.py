@@ -96,9 +96,9 @@ def _run(args: argparse.Namespace) -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no bar per checkpoint written or loaded: the loop has its own
-    if args.progress is None:  # in a log file a bar's redraws run together into lines of many KB
-        args.progress = sys.stderr.isatty()
     if args.command == "train":
+        if args.progress is None:  # in a log file a bar's redraws run together into lines of many KB
+            args.progress = sys.stderr.isatty()
         cfg = build_config(loop.TrainConfig, flag_values(args, loop.TrainConfig))
         started = time.perf_counter()
         if args.ray_workers:
