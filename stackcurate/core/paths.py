@@ -19,6 +19,18 @@ def filters_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "filters"  # the checkout of an editable install
 
 
+def rules_file(value: str, flag: str, default: str) -> tuple[str, int]:
+    """The file a rules setting names (`filters/...`: the shipped one when no such file is here) and its
+    modification time, so that a cache of what it says is keyed by its version; a one-line error when there is
+    none."""
+    found = Path(value) if Path(value).exists() else shipped_table(value)
+    if found is None:
+        from stackcurate.core.errors import StackcurateError
+
+        raise StackcurateError(f"no rules file {value}; pass {flag} with one laid out as {default}")
+    return str(found), found.stat().st_mtime_ns
+
+
 def shipped_table(value: str) -> Path | None:
     """The shipped copy that a config value `filters/<name>` names, or None (another value, or no such file)."""
     if not value.startswith(SHIPPED_PREFIX):

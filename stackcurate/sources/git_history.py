@@ -27,7 +27,7 @@ import yaml
 from stackcurate.core import tokens as tk
 from stackcurate.core.contract import Shard
 from stackcurate.core.errors import StackcurateError
-from stackcurate.core.paths import shipped_table
+from stackcurate.core.paths import rules_file
 from stackcurate.sources.base import RawBatch, Source
 
 COMMIT = "commit"
@@ -50,10 +50,7 @@ class Change:
 def load_rules(path: str = RULES) -> dict[str, Any]:
     """The rules of a YAML file laid out as filters/github/commits.yaml (`filters/...`: the shipped one when no
     such file is here)."""
-    found = Path(path) if Path(path).exists() else shipped_table(path)
-    if found is None:
-        raise StackcurateError(f"no commit rules file {path}; pass --history-rules with one laid out as {RULES}")
-    return _read(str(found), found.stat().st_mtime_ns)
+    return _read(*rules_file(path, "--history-rules", RULES))
 
 
 @cache

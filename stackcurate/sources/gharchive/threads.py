@@ -26,8 +26,7 @@ from typing import Any
 import yaml
 
 from stackcurate.core import tokens as tk
-from stackcurate.core.errors import StackcurateError
-from stackcurate.core.paths import shipped_table
+from stackcurate.core.paths import rules_file
 
 RULES = "filters/github/issues.yaml"  # the shipped rules (core/paths.py finds them)
 _REPLY = re.compile(r"^\s*On\b.{0,300}?\bwrote:\s*$", re.DOTALL)
@@ -54,10 +53,7 @@ class Rules:
 def load_rules(path: str = RULES) -> Rules:
     """The rules of a YAML file laid out as filters/github/issues.yaml (`filters/...`: the shipped one when no
     such file is here)."""
-    found = Path(path) if Path(path).exists() else shipped_table(path)
-    if found is None:
-        raise StackcurateError(f"no issue rules file {path}; pass --gharchive-rules with one laid out as {RULES}")
-    return _read(str(found), found.stat().st_mtime_ns)
+    return _read(*rules_file(path, "--gharchive-rules", RULES))
 
 
 @cache
