@@ -145,6 +145,17 @@ def stage_reasons(out: str | Path) -> list[Reason]:
     return sorted(rows, key=lambda r: (order.index(r.stage), r.kind != "removed", -r.docs, r.reason))
 
 
+def kind_totals(out: str | Path) -> list[tuple[str, int, int]]:
+    """(kind, documents, tokens) in the shards, most tokens first, when they hold more than files (issues,
+    commits: records of other kinds); [] otherwise."""
+    con, views = connect(out)
+    if "tokenize" not in views or "kind" not in {r[0] for r in con.sql('describe "tokenize"').fetchall()}:
+        return []
+    rows = con.sql("select coalesce(kind, 'file'), count(*), sum(n_tokens)::bigint from tokenize group by 1 "
+                   "order by 3 desc, 1").fetchall()  # fmt: skip
+    return [] if len(rows) == 1 and rows[0][0] in ("file", "repository") else [(k, int(d), int(t)) for k, d, t in rows]
+
+
 def stale_stages(out: str | Path) -> list[tuple[str, str]]:
     """The stages of a run made from an output that changed since, with why: the stage whose output they read
     was rerun after them (`stackcurate ingest --overwrite` alone), or is stale itself. In pipeline order."""

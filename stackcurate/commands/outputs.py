@@ -110,7 +110,7 @@ def _cmd_report(args: argparse.Namespace) -> None:
 
 
 def _cmd_stats(args: argparse.Namespace) -> None:
-    from stackcurate.query import stage_reasons, stage_totals, stale_line
+    from stackcurate.query import kind_totals, stage_reasons, stage_totals, stale_line
 
     rows = [["stage", "docs in", "kept", "removed", "errors", "kept %", "bytes in", "bytes out", ""]]
     for t in stage_totals(args.out):
@@ -134,6 +134,9 @@ def _cmd_stats(args: argparse.Namespace) -> None:
         rows += [[r.stage, r.kind, r.reason, f"{r.docs:,}", _size(r.bytes, r.docs if r.kind == "error" else 0)]
                  for r in reasons]  # fmt: skip
         print(_aligned(rows, right=(3, 4)))
+    if kinds := kind_totals(args.out):
+        each = "; ".join(f"{kind} {docs:,} documents, {tokens:,} tokens" for kind, docs, tokens in kinds)
+        print(f"\nin the shards, by kind: {each}")
     if stale := stale_line(args.out):
         print(f"\n{stale}")
 

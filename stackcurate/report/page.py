@@ -134,6 +134,12 @@ def page(summary: dict[str, Any]) -> str:
     if summary["tokens_by_language"]:
         parts.append(_bars("Tokens per language (the Megatron shards)",
                            [(r["language"], r["tokens"]) for r in summary["tokens_by_language"]]))  # fmt: skip
+    kinds = summary.get("tokens_by_kind") or []
+    if len(kinds) > 1 or summary.get("removed_by_kind"):
+        parts.append("<h2>Kinds of record</h2>" + _bars("Tokens per kind (the Megatron shards, epochs included)",
+                                                        [(r["kind"], r["tokens"]) for r in kinds])
+                     + _table(kinds, ["kind", "documents", "tokens"])
+                     + _table(summary.get("removed_by_kind") or [], ["kind", "reason", "records"]))  # fmt: skip
     parts.append("<h2>Removed, by stage and reason</h2>")
     for stage in summary["stages"]:
         rows = [r for r in summary["removed_by_reason"] if r["stage"] == stage]

@@ -38,6 +38,10 @@ REMOVED_BY_LANGUAGE_SQL = """select coalesce(language, '(unknown)') as language,
     from stats where metric = 'bytes_removed' group by all"""
 TOKENS_BY_LANGUAGE_SQL = """select coalesce(language, '(unknown)') as language, sum(n_tokens)::bigint as tokens
     from tokenize group by all order by tokens desc"""
+TOKENS_BY_KIND_SQL = """select coalesce(kind, 'file') as kind, count(*) as documents, sum(n_tokens)::bigint as tokens
+    from tokenize group by all order by tokens desc"""
+SOURCE_KINDS_SQL = """select coalesce(kind, 'file') as kind, reason, count(*) as records from ingest_removed
+    group by all order by kind, records desc"""
 RUNS_SQL = "select distinct run_id from stats order by run_id"
 DEDUP_SQL = """select reason as size, sum(value)::bigint as clusters from stats
     where stage = 'dedup_clusters' and metric = 'clusters' group by all order by clusters desc"""
@@ -140,6 +144,10 @@ def summarize(out: str | Path) -> dict[str, Any]:
         "languages": [r | {"docs": int(r["docs"] or 0), "bytes": int(r["bytes"] or 0)} for r in languages],
         "removed_by_language": [r | {"bytes": int(r["bytes"] or 0)} for r in _rows(con, REMOVED_BY_LANGUAGE_SQL)],
         "tokens_by_language": _rows(con, TOKENS_BY_LANGUAGE_SQL) if "tokenize" in views else [],
+        # records of other kinds than files (issues, commits): the shards' documents and tokens by kind (epochs
+        # included), and what ingest removed of each kind
+        "tokens_by_kind": _rows(con, TOKENS_BY_KIND_SQL) if _has(con, views, "tokenize", "kind") else [],
+        "removed_by_kind": _rows(con, SOURCE_KINDS_SQL) if _has(con, views, "ingest_removed", "kind") else [],
         "dedup": _rows(con, DEDUP_SQL) if "dedup_clusters" in totals else [],
         "pii": _rows(con, PII_SQL) if "pii" in totals else [],
         "licenses": _licenses(con, views, stages),
@@ -193,6 +201,10 @@ def _significant(value: float | None) -> float | None:
 
 def _part_of(stage: str) -> str:
     return next((part for part, owner in PARTS.items() if owner == stage), "")
+
+
+def _has(con: Any, views: list[str], view: str, column: str) -> bool:
+    return view in views and column in _columns(con, view)
 
 
 def _columns(con: Any, view: str) -> set[str]:

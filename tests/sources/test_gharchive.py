@@ -330,3 +330,13 @@ def test_no_login_or_author_e_mail_in_any_output(private_run):
         leaks = [x for x in [*PLANTED, *EMAILS] if x in text.lower()]
         assert leaks == [], f"{where}: {[(x, PLANTED.get(x, 'an author e-mail')) for x in leaks]}"
     assert [t for t in vocabulary if len(t) >= 5 and any(t.strip() in x for x in PLANTED)] == []
+
+
+def test_stats_and_report_show_the_kinds(private_run, capsys):
+    assert main(["stats", str(private_run)]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("in the shards, by kind: issue ") and line.endswith(" tokens")
+    summary = json.loads((private_run / "report" / "summary.json").read_text())
+    assert [r["kind"] for r in summary["tokens_by_kind"]] == ["issue"]
+    assert {"kind": "pull_request", "reason": "pr_code_not_found", "records": 1} in summary["removed_by_kind"]
+    assert ". Kinds of record</h2>" in (private_run / "report" / "index.html").read_text()
