@@ -340,3 +340,22 @@ def test_stats_and_report_show_the_kinds(private_run, capsys):
     assert [r["kind"] for r in summary["tokens_by_kind"]] == ["issue"]
     assert {"kind": "pull_request", "reason": "pr_code_not_found", "records": 1} in summary["removed_by_kind"]
     assert ". Kinds of record</h2>" in (private_run / "report" / "index.html").read_text()
+
+
+def test_opted_out_repositories_owners_and_participants_remove_their_threads(tmp_path):
+    hours: dict[int, list] = {1: []}
+    for n, (repo, commenter) in enumerate([("acme/tool", "bob"), ("acme/private", "bob"), ("optco/lib", "bob"),
+                                           ("acme/tool", "Quitter")], start=1):  # fmt: skip
+        opened = issue(n, "alice", f"Issue {n}", LONG)
+        hours[1] += [event(10 * n, "IssuesEvent", "alice", {"action": "opened", "issue": opened}, 1, repo=repo),
+                     comment(10 * n + 1, n, opened, commenter, "Seen it too, thanks.", 1) | {
+                         "repo": {"id": 1, "name": repo, "url": "x"}}]  # fmt: skip
+    write_hours(tmp_path / "gha", hours)
+    (tmp_path / "optout.txt").write_text("# opted out\nacme/private\nOptCo\nquitter\n")
+    kept, removed, _ = ingest(tmp_path, "--gharchive-opt-out", str(tmp_path / "optout.txt"))
+    assert [r["origin"] for r in kept] == ["https://github.com/acme/tool/issues/1"]
+    assert sorted((r["origin"].split("github.com/")[1], r["reason"], r["detail"]) for r in removed) == [
+        ("acme/private/issues/2", "opt_out", "its repository opted out"),
+        ("acme/tool/issues/4", "opt_out", "a participant opted out"),
+        ("optco/lib/issues/3", "opt_out", "its repository's owner opted out"),
+    ]

@@ -27,6 +27,7 @@ from stackcurate.core.layout import StageDir
 from stackcurate.sources.base import RawBatch, Source, expand_inputs
 from stackcurate.sources.gharchive import threads
 from stackcurate.sources.gharchive.events import split_task
+from stackcurate.stages.license import read_opt_out
 
 if TYPE_CHECKING:
     from stackcurate.stages.ingest import IngestConfig
@@ -91,6 +92,7 @@ class GHArchive(Source):
         if table is None:
             return
         rules = threads.load_rules(self.ingest.gharchive_rules or threads.RULES)
+        opt_out = read_opt_out(self.ingest.gharchive_opt_out) if self.ingest.gharchive_opt_out else None
         for key, events in _threads(table):
             if key.startswith("~"):  # the bad lines of one hourly file (events.py)
                 for e in events:
@@ -98,7 +100,7 @@ class GHArchive(Source):
                     batch.add(e["file"], reason=reason, detail=f"line {e['line']}: {detail}", kind=ISSUE,
                               origin=e["file"])  # fmt: skip
             else:
-                _add_thread(batch, events, rules)
+                _add_thread(batch, events, rules, opt_out)
             if batch.full():
                 yield batch.flush()
         if batch.rows:
@@ -122,7 +124,22 @@ def _threads(table: pa.Table) -> Iterator[tuple[str, list[dict[str, Any]]]]:
             start = i
 
 
-def _add_thread(batch: RawBatch, events: list[dict[str, Any]], rules: threads.Rules) -> None:
+def _opted_out(repo: str, events: list[dict[str, Any]], opt_out: tuple[frozenset[str], frozenset[str]]) -> str | None:
+    """Why a thread goes under the opt-out lists (without naming who: removed rows are outputs too), or None."""
+    repos, accounts = opt_out
+    if repo.lower() in repos:
+        return "its repository opted out"
+    if repo.split("/", 1)[0].lower() in accounts:
+        return "its repository's owner opted out"
+    if any((login or "").lower() in accounts for e in events for login in (e["login"], e["opener"])):
+        return "a participant opted out"
+    return None
+
+
+def _add_thread(
+    batch: RawBatch, events: list[dict[str, Any]], rules: threads.Rules,
+    opt_out: tuple[frozenset[str], frozenset[str]] | None = None,
+) -> None:  # fmt: skip
     first = events[0]
     repo, number = first["repo"], first["number"]
     is_pr = any(e["is_pr"] for e in events)
@@ -130,6 +147,9 @@ def _add_thread(batch: RawBatch, events: list[dict[str, Any]], rules: threads.Ru
     url = f"https://github.com/{repo}/{'pull' if is_pr else 'issues'}/{number}"
     common = {"kind": kind, "origin": url, "repo_name": repo, "number": number}
     path = f"{'pull' if is_pr else 'issues'}/{number}"
+    if opt_out is not None and (why := _opted_out(repo, events, opt_out)):
+        batch.add(path, reason="opt_out", detail=why, **common)
+        return
     if is_pr:
         batch.add(path, reason="pr_code_not_found", detail="no repository holds its base and head revisions",
                   **common)  # fmt: skip

@@ -86,6 +86,10 @@ class IngestConfig:
         None, "how issue threads are cleaned: bots, truncation, users and size (default: the shipped "
         "filters/github/issues.yaml)", path=True,
     )  # fmt: skip
+    gharchive_opt_out: tuple[str, ...] = option(
+        (), "opt-out lists (files or http(s) URLs), owner/repo or account per line: threads of those repositories "
+        "or owners, or with a participant who opted out, are removed",
+    )  # fmt: skip
     gharchive_events: str | None = option(
         None, "the GH Archive events split by thread to read (default: split by this run)", path=True
     )
