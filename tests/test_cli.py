@@ -367,6 +367,17 @@ def test_stats_shows_tokens_pii_spans_and_bytes_in_pipeline_order(tmp_path, caps
     ]
 
 
+def test_stats_says_when_weights_repeat_documents(tmp_path, capsys):
+    out = tmp_path / "run"
+    _stats_rows(out / "tokenize", [("docs_in", None, 41), ("docs_out", None, 51), ("docs_removed", "kind_weight", 3),
+                                   ("tokens", None, 900)])  # fmt: skip
+    (out / "tokenize").mkdir()
+    pq.write_table(make_table([("/a.py", "x = 1\n")]), out / "tokenize" / "00000.parquet")
+    assert main(["stats", str(out)]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.endswith("900 tokens; 38 documents written 51 times (the kinds' weights)")
+
+
 def test_stats_piped_into_head_ends_quietly(tmp_path):
     out = tmp_path / "run"
     _stats_rows(out / "ingest", [("docs_in", None, 10), ("docs_out", None, 5)])

@@ -117,8 +117,11 @@ def _cmd_stats(args: argparse.Namespace) -> None:
         notes = []
         if t.tokens:
             notes.append(f"{t.tokens:,} tokens")
-        if t.docs_out < t.docs_in - t.docs_removed - t.docs_error:  # format: a repository's files, one document
-            notes.append(f"{t.docs_in - t.docs_removed - t.docs_error:,} files grouped into {t.docs_out:,} documents")
+        passed = t.docs_in - t.docs_removed - t.docs_error
+        if t.docs_out < passed:  # format: a repository's files, one document
+            notes.append(f"{passed:,} files grouped into {t.docs_out:,} documents")
+        elif t.docs_out > passed:  # tokenize with weights: some kinds go in more than once
+            notes.append(f"{passed:,} documents written {t.docs_out:,} times (the kinds' weights)")
         if t.stage == "pii":
             spans = t.pii_redacted + t.pii_detected_only
             notes.append(f"{spans:,} PII spans ({t.pii_redacted:,} redacted, {t.pii_detected_only:,} detected only)")
