@@ -30,7 +30,8 @@ subprocess, with the embedded Ray (`ray`: all cores) and with `--runner local` (
 - docs in, kept, removed and errors as `stackcurate stats OUT` prints them;
 - how quiet the machine was: the 1-minute load at the start and end, and the CPU seconds of every process outside
   the run's tree during it (system busy time less the tree's).
-Before each run it waits (at most `--wait-quiet` s) for the 1-minute load to drop below 1.5.
+Before each run it waits (at most `--wait-quiet` s) for the 1-minute load to drop below 1.5 and the CPUs to be
+under 25% busy over 10 s.
 
 Run (2 cores; all under /work/bench_gharchive):
     python benchmarks/gharchive_ingest.py --sizes 1 2
@@ -83,7 +84,7 @@ FIRST_EVENT_ID = 27_700_000_000
 ID_STRIDE = 10**10  # issue, comment and review ids of copy k: the seed's + k * ID_STRIDE
 GZIP_LEVEL = 6
 INTERVAL_S = 0.2
-LOAD_LIMIT, LOAD_POLL_S = 1.5, 10
+LOAD_LIMIT, LOAD_POLL_S, CPU_LIMIT = 1.5, 10, 25.0
 MB = 1e6
 NUMBER = "\x00N\x00"  # where a seed event's URLs hold its thread's number
 
@@ -498,12 +499,17 @@ def busy_cpu_s() -> float:
     return sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
-def wait_for_quiet(limit_s: float) -> float:
+def wait_for_quiet(limit_s: float) -> tuple[float, float]:
+    """Wait (at most `limit_s`) until the 1-minute load is under LOAD_LIMIT and the machine's CPUs were under
+    CPU_LIMIT % busy over the last LOAD_POLL_S seconds (the load average lags: a run of another process that
+    just started does not show in it yet); the load and that CPU % then."""
     deadline = time.monotonic() + limit_s
-    while os.getloadavg()[0] >= LOAD_LIMIT and time.monotonic() < deadline:
-        print(f"  load {os.getloadavg()[0]:.2f}, waiting", flush=True)
-        time.sleep(LOAD_POLL_S)
-    return round(os.getloadavg()[0], 2)
+    while True:
+        busy = psutil.cpu_percent(interval=LOAD_POLL_S)
+        load = os.getloadavg()[0]
+        if (load < LOAD_LIMIT and busy < CPU_LIMIT) or time.monotonic() >= deadline:
+            return round(load, 2), busy
+        print(f"  load {load:.2f}, CPUs {busy:.0f}% busy, waiting", flush=True)
 
 
 def shard_stats(out: Path) -> dict:
@@ -539,7 +545,7 @@ def docs_stats(out: Path, env: dict) -> dict:
 
 
 def run_ingest(input_dir: Path, manifest: dict, out: Path, runner: str, log: Path, wait_s: float) -> dict:
-    load = wait_for_quiet(wait_s)
+    load, busy_at_start = wait_for_quiet(wait_s)
     command = [sys.executable, "-m", "stackcurate.cli", "ingest", "--out", str(out), "--gharchive",
                str(input_dir / "*.json.gz"), "--no-progress", "--overwrite"]  # fmt: skip
     command += ["--runner", "local"] if runner == "local" else []
@@ -585,6 +591,7 @@ def run_ingest(input_dir: Path, manifest: dict, out: Path, runner: str, log: Pat
         **docs_stats(out, env),
         "quiet": {
             "load_1min_start": load,
+            "cpu_busy_pct_10s_before": busy_at_start,
             "load_1min_end": round(os.getloadavg()[0], 2),
             "tree_cpu_s": round(tree_cpu, 1),
             "other_cpu_s": round(max(0.0, busy - tree_cpu), 1),
