@@ -359,3 +359,46 @@ def test_opted_out_repositories_owners_and_participants_remove_their_threads(tmp
         ("acme/tool/issues/4", "opt_out", "a participant opted out"),
         ("optco/lib/issues/3", "opt_out", "its repository's owner opted out"),
     ]
+
+
+@pytest.fixture
+def served(tmp_path):
+    """An HTTP server of `tmp_path / "web"` (Content-Length on HEAD, as data.gharchive.org gives it)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    (tmp_path / "web").mkdir()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path / "web")))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield tmp_path / "web", f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    thread.join()
+
+
+def test_hourly_files_over_http_give_the_records_and_partitions_of_local_files(tmp_path, served):
+    web, url = served
+    hours = {}
+    for n in range(1, 9):
+        opened = issue(n, f"user{n}", f"Issue {n}", LONG)
+        hours.setdefault(n % 2, []).append(event(n, "IssuesEvent", f"user{n}", {"action": "opened", "issue": opened},
+                                                 n % 2))  # fmt: skip
+        hours.setdefault(2, []).append(comment(100 + n, n, opened, "helper", "Thanks" + "!" * n, 2))
+    write_hours(tmp_path / "local" / "gha", hours)
+    write_hours(web, hours)
+    flags = ("--gharchive-partition-mb", "0.0005")  # a few partitions of these small files
+    local, _, _ = ingest(tmp_path / "local", *flags)
+    out = tmp_path / "remote"
+    urls = [f"{url}/2023-03-01-{h}.json.gz" for h in hours]
+    assert main(["ingest", "--out", str(out), "--gharchive", *urls, "--runner", "local", "--no-progress", *flags]) == 0
+    remote = read_all(out / "ingest").to_pylist()
+    assert len(local) == 8
+    assert sorted(r["content"] for r in remote) == sorted(r["content"] for r in local)
+    roots = (tmp_path / "local" / "out", out)
+    shards = [len(list((root / "_state" / "ingest" / "shards").iterdir())) for root in roots]
+    assert shards[0] > 1 and shards[0] == shards[1]  # sized by Content-Length, not one partition for them all

@@ -17,6 +17,7 @@ Example:
 import dataclasses
 import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -26,7 +27,7 @@ from stackcurate.core.contract import Shard, StageContext
 from stackcurate.core.layout import StageDir
 from stackcurate.sources.base import RawBatch, Source, expand_inputs
 from stackcurate.sources.gharchive import threads
-from stackcurate.sources.gharchive.events import split_task
+from stackcurate.sources.gharchive.events import URL_SCHEMES, split_task, url_size
 from stackcurate.stages.license import read_opt_out
 
 if TYPE_CHECKING:
@@ -52,14 +53,24 @@ class GHArchive(Source):
     reads_only_names = True  # threads have no file names: a read of some names (license's scan) reads none
 
     def files(self) -> list[str]:
-        return expand_inputs(self.ingest.gharchive, self.ingest.s3, "GH Archive")
+        """The hourly files, in the order given: a URL names one file (HTTP lists no folder to glob)."""
+        found: list[str] = []
+        for pattern in self.ingest.gharchive:
+            is_url = pattern.startswith(URL_SCHEMES)
+            found += [pattern] if is_url else expand_inputs((pattern,), self.ingest.s3, "GH Archive")
+        return found
 
     def plan(self, upstream: str | None) -> list[Shard]:
         if not self.ingest.gharchive:
             return []
         files = self.files()
-        size = sum(io.file_size(f, self.ingest.s3) if "://" not in f or f.startswith("s3://") else 0 for f in files)
-        partitions = max(1, math.ceil(size / (self.ingest.gharchive_partition_mb * 1e6)))
+        urls = [f for f in files if f.startswith(URL_SCHEMES)]
+        with ThreadPoolExecutor(max_workers=16) as pool:  # one HEAD request per URL: a month is 744 of them
+            told = list(pool.map(url_size, urls))
+        # a URL whose size the server does not tell counts as a whole partition, so that memory stays bounded
+        unknown = told.count(0) * self.ingest.gharchive_partition_mb * 1e6
+        size = sum(io.file_size(f, self.ingest.s3) for f in files if not f.startswith(URL_SCHEMES)) + sum(told)
+        partitions = max(1, math.ceil((size + unknown) / (self.ingest.gharchive_partition_mb * 1e6)))
         return [Shard(index=p, kind=self.name, path=f"gharchive:{p}/{partitions}", source_index=0, start=p,
                       stop=partitions) for p in range(partitions)]  # fmt: skip
 

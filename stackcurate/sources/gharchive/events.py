@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from stackcurate.core import io, shuffle
 
+URL_SCHEMES = ("http://", "https://")  # read with urllib (pyarrow has no HTTP filesystem)
 THREAD_TYPES = frozenset(
     {"IssuesEvent", "IssueCommentEvent", "PullRequestEvent", "PullRequestReviewEvent", "PullRequestReviewCommentEvent"}
 )
@@ -93,8 +94,17 @@ def _bad(uri: str, number: int, error: str) -> dict[str, Any]:
     return {"key": f"~{uri}", "file": uri, "line": number, "error": error}
 
 
+def url_size(uri: str) -> int:
+    """A URL's size in bytes from a HEAD request's Content-Length; 0 when the server does not tell."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(uri, method="HEAD"), timeout=60) as answer:  # noqa: S310
+            return int(answer.headers.get("Content-Length") or 0)
+    except (OSError, ValueError):
+        return 0
+
+
 def _open(uri: str) -> BinaryIO:
-    if uri.startswith(("http://", "https://")):
+    if uri.startswith(URL_SCHEMES):
         return urllib.request.urlopen(uri, timeout=60)  # noqa: S310 - the user's own URL
     fs, path = io.filesystem(uri)
     return fs.open_input_stream(path, compression=None)  # type: ignore[return-value] - gzip is read below
