@@ -169,13 +169,11 @@ class GitHistory(Source):
     error_reasons = frozenset({"unreadable_input"})
     reads_only_names = True  # a read of some names (license's scan) reads no history
 
-    def __init__(self, ingest: Any, settings: Any = None) -> None:
-        super().__init__(ingest, settings)
-        for repo in ingest.history:  # checked with the config, before any work (a dry run says it too)
+    def plan(self, upstream: str | None) -> list[Shard]:
+        # checked when planned, as the other sources' inputs are (a pipeline is checked before its inputs exist)
+        for repo in self.ingest.history:
             if not ((Path(repo) / ".git").exists() or (Path(repo) / "HEAD").is_file()):
                 raise StackcurateError(f"--history {repo} is not a git repository (no .git, no HEAD)")
-
-    def plan(self, upstream: str | None) -> list[Shard]:
         return [Shard(index=i, kind=self.name, path=r, source_index=i) for i, r in enumerate(self.ingest.history)]
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:

@@ -177,10 +177,3 @@ def test_a_rerun_gives_the_same_records(history, tmp_path):
 def test_a_folder_that_is_not_a_repository_is_one_line(tmp_path, capsys):
     assert main(["ingest", "--out", str(tmp_path / "o"), "--history", str(tmp_path), "--runner", "local"]) == 2
     assert capsys.readouterr().err.strip().endswith("is not a git repository (no .git, no HEAD)")
-
-
-def test_a_dry_run_names_a_history_that_is_not_a_repository(tmp_path, capsys):
-    pipeline = tmp_path / "p.yaml"
-    pipeline.write_text(f"out: {tmp_path / 'out'}\nstages:\n  ingest: {{history: [{tmp_path}]}}\n")
-    assert main(["run", str(pipeline), "--dry-run"]) == 2
-    assert capsys.readouterr().err.strip().endswith("is not a git repository (no .git, no HEAD)")
