@@ -11,6 +11,7 @@ import pytest
 from helpers import read_all, table_dir
 
 from stackcurate.cli import main
+from stackcurate.core import io
 from stackcurate.sources.gharchive import threads
 
 RULES = threads.load_rules()
@@ -402,3 +403,27 @@ def test_hourly_files_over_http_give_the_records_and_partitions_of_local_files(t
     roots = (tmp_path / "local" / "out", out)
     shards = [len(list((root / "_state" / "ingest" / "shards").iterdir())) for root in roots]
     assert shards[0] > 1 and shards[0] == shards[1]  # sized by Content-Length, not one partition for them all
+
+
+def test_the_split_writes_the_same_partitions_whatever_its_batches(tmp_path, monkeypatch):
+    from stackcurate.core import shuffle
+    from stackcurate.sources.gharchive import events
+
+    lines = []
+    for n in range(1, 8):
+        opened = issue(n, f"user{n}", f"Issue {n}", LONG)
+        lines += [event(n, "IssuesEvent", f"user{n}", {"action": "opened", "issue": opened}, 1),
+                  comment(100 + n, n, opened, "helper", "Thanks", 1),
+                  event(200 + n, "WatchEvent", "x", {}, 1)]  # fmt: skip
+    lines.insert(5, "not json")
+    write_hours(tmp_path / "gha", {1: lines})
+    uri = str(tmp_path / "gha" / "2023-03-01-1.json.gz")
+    counts = events.split_task(uri, 0, str(tmp_path / "whole"), 3)
+    monkeypatch.setattr(events, "BATCH_ROWS", 2)  # rows become Arrow columns every two events
+    assert events.split_task(uri, 0, str(tmp_path / "batched"), 3) == counts
+    assert counts == {"lines": 22, "thread_events": 14, "other_events": 7, "bad_lines": 1}
+    fs, _ = io.filesystem(str(tmp_path))
+    for part in range(3):
+        whole = shuffle.read_partition(fs, str(tmp_path / "whole"), part)
+        batched = shuffle.read_partition(fs, str(tmp_path / "batched"), part)
+        assert whole is not None and batched is not None and whole.equals(batched)

@@ -57,6 +57,9 @@ EVENT_SCHEMA = pa.schema(
 )
 
 
+BATCH_ROWS = 8192  # thread events held as Python dicts at a time, before they become Arrow columns
+
+
 def partition_of(key: str, partitions: int) -> int:
     """The partition of a thread: a hash of its key, the same on every worker and run."""
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little") % partitions
@@ -68,6 +71,8 @@ def split_task(uri: str, writer: int, root: str, partitions: int) -> dict[str, i
     rows: list[dict[str, Any]] = []
     counts = {"lines": 0, "thread_events": 0, "other_events": 0, "bad_lines": 0}
     name = uri.rsplit("/", 1)[-1]
+    fs, path = io.filesystem(root)
+    sink = shuffle.PartitionedWriter(fs, path, writer, EVENT_SCHEMA, partitions)
     for number, line, error in _lines(uri):
         counts["lines"] += 1
         row = None if error else _event(line, name, number)
@@ -77,15 +82,21 @@ def split_task(uri: str, writer: int, root: str, partitions: int) -> dict[str, i
                 rows.append(_bad(uri, number, error or str(row)))
             else:
                 counts["other_events"] += 1
-            continue
-        counts["thread_events"] += 1
-        rows.append(row)
-    table = pa.Table.from_pylist(rows, schema=EVENT_SCHEMA)
-    keys = table.column("key").to_pylist()
-    parts = np.array([partition_of(k, partitions) for k in keys], dtype=np.int64)
-    fs, path = io.filesystem(root)
-    shuffle.write_partitioned(fs, path, writer, table, parts, partitions)
+        else:
+            counts["thread_events"] += 1
+            rows.append(row)
+        if len(rows) >= BATCH_ROWS:  # as Arrow columns: a row as a Python dict takes several times its bytes
+            _send(sink, rows, partitions)
+            rows = []
+    _send(sink, rows, partitions)
+    sink.commit()
     return counts
+
+
+def _send(sink: shuffle.PartitionedWriter, rows: list[dict[str, Any]], partitions: int) -> None:
+    table = pa.Table.from_pylist(rows, schema=EVENT_SCHEMA)
+    parts = np.array([partition_of(k, partitions) for k in table.column("key").to_pylist()], dtype=np.int64)
+    sink.write(table, parts)
 
 
 def _bad(uri: str, number: int, error: str) -> dict[str, Any]:
