@@ -14,6 +14,23 @@ JUPYTER_OUTPUT, JUPYTER_SCRIPT, EMPTY_OUTPUT = "<jupyter_output>", "<jupyter_scr
 REPONAME, FILENAME, GH_STARS = "<reponame>", "<filename>", "<gh_stars>"
 ISSUE_START, ISSUE_COMMENT, ISSUE_CLOSED = "<issue_start>", "<issue_comment>", "<issue_closed>"
 COMMIT_BEFORE, COMMIT_MSG, COMMIT_AFTER = "<commit_before>", "<commit_msg>", "<commit_after>"
+# StarCoder2's pull requests (its Table 5)
+PR, PR_STATUS, PR_IS_MERGED = "<pr>", "<pr_status>", "<pr_is_merged>"
+PR_BASE, PR_FILE, PR_BASE_CODE, PR_DIFF, PR_DIFF_HUNK = (
+    "<pr_base>",
+    "<pr_file>",
+    "<pr_base_code>",
+    "<pr_diff>",
+    "<pr_diff_hunk>",
+)
+PR_COMMENT, PR_EVENT_ID, PR_REVIEW, PR_REVIEW_STATE = (
+    "<pr_comment>",
+    "<pr_event_id>",
+    "<pr_review>",
+    "<pr_review_state>",
+)
+PR_REVIEW_COMMENT, PR_HUNK_LINE = "<pr_review_comment>", "<pr_diff_hunk_comment_line>"
+PR_REPLY_TO_REVIEW, PR_REPLY_TO_COMMENT = "<pr_in_reply_to_review_id>", "<pr_in_reply_to_comment_id>"
 
 SPECIAL_TOKENS = (
     EOD,
@@ -34,22 +51,22 @@ SPECIAL_TOKENS = (
     EMPTY_OUTPUT,
     "<code_to_intermediate>",
     "<intermediate_to_code>",
-    "<pr>",
-    "<pr_status>",
-    "<pr_is_merged>",
-    "<pr_base>",
-    "<pr_file>",
-    "<pr_base_code>",
-    "<pr_diff>",
-    "<pr_diff_hunk>",
-    "<pr_comment>",
-    "<pr_event_id>",
-    "<pr_review>",
-    "<pr_review_state>",
-    "<pr_review_comment>",
-    "<pr_in_reply_to_review_id>",
-    "<pr_in_reply_to_comment_id>",
-    "<pr_diff_hunk_comment_line>",
+    PR,
+    PR_STATUS,
+    PR_IS_MERGED,
+    PR_BASE,
+    PR_FILE,
+    PR_BASE_CODE,
+    PR_DIFF,
+    PR_DIFF_HUNK,
+    PR_COMMENT,
+    PR_EVENT_ID,
+    PR_REVIEW,
+    PR_REVIEW_STATE,
+    PR_REVIEW_COMMENT,
+    PR_REPLY_TO_REVIEW,
+    PR_REPLY_TO_COMMENT,
+    PR_HUNK_LINE,
     "<NAME>",
     "<EMAIL>",
     "<KEY>",
