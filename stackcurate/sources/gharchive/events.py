@@ -50,6 +50,9 @@ EVENT_SCHEMA = pa.schema(
         pa.field("review_state", pa.string()),
         pa.field("path", pa.string()),  # a review comment's file
         pa.field("diff_hunk", pa.large_string()),
+        pa.field("position", pa.int64()),  # a review comment's line in its diff hunk (`original_position`)
+        pa.field("reply_to_review", pa.string()),  # a review comment's review
+        pa.field("reply_to_comment", pa.string()),  # the review comment it answers
         pa.field("file", pa.string()),  # the hourly file, and for a bad line its number and why
         pa.field("line", pa.int64()),
         pa.field("error", pa.string()),
@@ -207,6 +210,16 @@ def _row(event: dict[str, Any], kind: str) -> dict[str, Any]:
             login, user_type = _user(comment)
             row |= {"login": login or actor["login"], "user_type": user_type, "text": comment.get("body"),
                     "comment_id": str(comment["id"]), "path": comment.get("path"),
-                    "diff_hunk": comment.get("diff_hunk")}  # fmt: skip
+                    "diff_hunk": comment.get("diff_hunk"), "position": _int(comment.get("original_position")),
+                    "reply_to_review": _id(comment.get("pull_request_review_id")),
+                    "reply_to_comment": _id(comment.get("in_reply_to_id"))}  # fmt: skip
     row["key"] = f"{repo}#{row['number']}"
     return row
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _id(value: Any) -> str | None:
+    return None if value is None else str(value)
