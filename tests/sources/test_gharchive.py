@@ -4,11 +4,13 @@ rules one by one (filters/github/issues.yaml, REFERENCE (k)), anonymisation and 
 import gzip
 import hashlib
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import read_all, table_dir
+from helpers import GIT_ENV, read_all, table_dir
 
 from stackcurate.cli import main
 from stackcurate.core import io
@@ -117,9 +119,13 @@ def test_a_pull_request_and_the_issue_comments_on_it_are_one_thread(tmp_path):
                                                                             "pull_request": pr}, 1)],
                                    2: [comment(2, 9, issue(9, "fay", "Speed up parsing", LONG, pr=True), "gus",
                                                "LGTM", 2)]})  # fmt: skip
-    kept, removed, _ = ingest(tmp_path)
+    merged = {**pr, "state": "closed", "merged": True}
+    write_hours(tmp_path / "gha", {3: [event(3, "PullRequestEvent", "hal", {"action": "closed", "number": 9,
+                                                                           "pull_request": merged}, 3)]})  # fmt: skip
+    kept, removed, _ = ingest(tmp_path, "--gharchive-seed", "1")  # a seed whose per-repository draw keeps it
     assert kept == []
     assert [(r["kind"], r["path"], r["reason"]) for r in removed] == [("pull_request", "/pull/9", "pr_code_not_found")]
+    assert removed[0]["detail"] == "no repository of --gharchive-code holds its base and head revisions"
 
 
 # The rules, one by one (filters/github/issues.yaml)
@@ -253,8 +259,11 @@ PLANTED = {  # where each login sits in GH Archive's events
     "qzreplier": "the author of a reply by e-mail, in its `On ... wrote:` line",
     "qztitle": "a participant named in the title",
     "qzprauthor": "a pull request's author (payload.pull_request.user)",
+    "qzreviewer": "a review's author (payload.review.user), thanked in the code the pull request changes",
+    "qzmerger": "who merged the pull request (the closing event's actor)",
+    "qz committer": "the name of the author and committer of the pull request's commits (git metadata)",
 }
-EMAILS = ("qzreplier@example.org", "qzopener.work@example.com")
+EMAILS = ("qzreplier@example.org", "qzopener.work@example.com", "qzcommitter@example.org")
 
 
 @pytest.fixture(scope="module")
@@ -278,19 +287,39 @@ def private_run(tmp_path_factory) -> Path:
                                                3))  # fmt: skip
         for who in ("qzmentioned", "qzprofile", "qztitle"):  # participants elsewhere in the thread
             hours[3].append(comment(10 * n + 3 + len(who), n, opened, who, f"+1 from me ({who})" + prose, 3))
+    repo = root / "code" / "acme" / "tool"  # the pull request's code, committed by a person named in git only
+    repo.mkdir(parents=True)
+    (repo / "loader.py").write_text("def load(lines):\n    return lines[:-1]\n# the loader, tested in tests/\n")
+    env = {"GIT_AUTHOR_NAME": "Qz Committer", "GIT_AUTHOR_EMAIL": EMAILS[2], "GIT_COMMITTER_NAME": "Qz Committer",
+           "GIT_COMMITTER_EMAIL": EMAILS[2]}  # fmt: skip
+    git_as(repo, env, "init", "-q")
+    git_as(repo, env, "add", "-A")
+    git_as(repo, env, "commit", "-q", "-m", "loader")
+    (repo / "loader.py").write_text(
+        "def load(lines):\n    return lines  # thanks to qzreviewer\n# the loader, tested in tests/\n"
+    )
+    git_as(repo, env, "commit", "-q", "-am", "keep the last record (qzreviewer's report)")
+    base, head = git_as(repo, env, "rev-parse", "HEAD~1", "HEAD").split()
     pr = {"number": 99, "title": "Fix loader", "body": prose, "user": {"login": "qzprauthor", "type": "User"},
-          "state": "open", "merged": False, "base": {"ref": "main", "sha": "a" * 40},
-          "head": {"ref": "fix", "sha": "b" * 40}}  # fmt: skip
+          "state": "open", "merged": False, "base": {"ref": "main", "sha": base},
+          "head": {"ref": "fix", "sha": head}}  # fmt: skip
+    approve = {"action": "created", "pull_request": pr, "review": {"id": 1, "user": {"login": "qzreviewer"},
+               "body": "Approving; @qzprauthor please squash.", "state": "approved"}}  # fmt: skip
     hours[1].append(
         event(999, "PullRequestEvent", "qzprauthor", {"action": "opened", "number": 99, "pull_request": pr}, 1)
     )
+    hours[2].append(event(1000, "PullRequestReviewEvent", "qzreviewer", approve, 2))
+    merged = {"action": "closed", "number": 99, "pull_request": {**pr, "merged": True}}
+    hours[3].append(event(1001, "PullRequestEvent", "qzmerger", merged, 3))
     write_hours(root / "gha", hours)
     text = "\n".join(gzip.decompress(p.read_bytes()).decode() for p in sorted((root / "gha").iterdir()))
-    assert all(login in text for login in PLANTED) and all(e in text for e in EMAILS)  # the test can fail
+    assert all(login in text for login in list(PLANTED)[:-1]) and all(e in text for e in EMAILS[:2])  # can fail
+    assert "Qz Committer" in git_as(repo, env, "log") and EMAILS[2] in git_as(repo, env, "log")
     pipeline = root / "pipeline.yaml"
     pipeline.write_text(
         f"out: {root / 'out'}\nstages:\n"
-        f"  ingest: {{gharchive: ['{root / 'gha'}/*.json.gz'], keep: true}}\n"
+        f"  ingest: {{gharchive: ['{root / 'gha'}/*.json.gz'], gharchive_code: ['{root / 'code'}'], "
+        "gharchive_seed: 1, keep: true}\n"
         "  dedup: {}\n"
         "  pii: {model: none, redact: [EMAIL, IP_ADDRESS, KEY, PASSWORD, NAME, USERNAME]}\n"
         "  format: {fim_rate: 0.0}\n"
@@ -298,6 +327,13 @@ def private_run(tmp_path_factory) -> Path:
     )
     assert main(["run", str(pipeline), "--runner", "local", "--no-progress"]) == 0
     return root / "out"
+
+
+def git_as(repo: Path, env: dict[str, str], *args: str) -> str:
+    """git in `repo` as the person of `env` (GIT_AUTHOR_NAME, ...)."""
+    done = subprocess.run(["git", "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", *args], cwd=repo,
+                          check=True, capture_output=True, env={**os.environ, **GIT_ENV, **env})  # fmt: skip
+    return done.stdout.decode().strip()
 
 
 def _strings_under(folder: Path) -> str:
@@ -311,13 +347,14 @@ def _strings_under(folder: Path) -> str:
 
 
 def test_no_login_or_author_e_mail_in_any_output(private_run):
-    import numpy as np
     from megatron_reader import read as read_megatron
     from tokenizers import Tokenizer
 
     ingested = read_all(private_run / "ingest").to_pylist()
-    assert len(ingested) == 8 and all(r["kind"] == "issue" for r in ingested)
-    assert "username_0" in ingested[0]["content"]
+    assert sorted(r["kind"] for r in ingested) == ["issue"] * 8 + ["pull_request"]
+    assert all("username_0" in r["content"] for r in ingested)
+    (pr,) = [r["content"] for r in ingested if r["kind"] == "pull_request"]
+    assert "+    return lines  # thanks to username_1" in pr and "<pr_review>username_1: Approving" in pr
     everything = _strings_under(private_run)  # every stage, before and after pii, stats and configs included
     tokenizer = Tokenizer.from_file(str(private_run / "tokenizer" / "tokenizer.json"))
     manifest = json.loads((private_run / "megatron" / "manifest.json").read_text())
@@ -326,7 +363,7 @@ def test_no_login_or_author_e_mail_in_any_output(private_run):
     vocabulary = [tokenizer.decode([i]) for i in range(tokenizer.get_vocab_size())]
     # the threads are alike: dedup keeps one or a few
     assert len(decoded) == read_all(private_run / "pii").num_rows >= 1
-    assert all(np.char.startswith(d, "<issue_start>") for d in decoded)
+    assert all(d.startswith(("<issue_start>", "<pr>")) for d in decoded)
     for where, text in (("outputs", everything), ("shards", "\n".join(decoded))):
         leaks = [x for x in [*PLANTED, *EMAILS] if x in text.lower()]
         assert leaks == [], f"{where}: {[(x, PLANTED.get(x, 'an author e-mail')) for x in leaks]}"
@@ -338,8 +375,7 @@ def test_stats_and_report_show_the_kinds(private_run, capsys):
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("in the shards, by kind: issue ") and line.endswith(" tokens")
     summary = json.loads((private_run / "report" / "summary.json").read_text())
-    assert [r["kind"] for r in summary["tokens_by_kind"]] == ["issue"]
-    assert {"kind": "pull_request", "reason": "pr_code_not_found", "records": 1} in summary["removed_by_kind"]
+    assert [r["kind"] for r in summary["tokens_by_kind"]] == ["issue", "pull_request"]
     assert ". Kinds of record</h2>" in (private_run / "report" / "index.html").read_text()
 
 

@@ -7,11 +7,14 @@ partition); each shard then reads one partition, groups its events by thread and
 cleaned and rendered (threads.py), or removed with the rule that removed it. Records are of kind `issue` or
 `pull_request`: an issue on a pull request (its comments) goes with the pull request.
 
-A pull request needs its base files and diff, which GH Archive does not hold: until their revisions can be read
-from a repository, pull requests are removed as `pr_code_not_found`.
+A pull request needs its base files and diff, which GH Archive does not hold: they are read from the
+repositories of `--gharchive-code` (code.py; a pull request none of them holds is removed as
+`pr_code_not_found`). StarCoder2's per-repository sampling needs each repository's number of pull requests,
+which spread over every partition: after the split, one task per partition counts its pull requests by
+repository and one more adds them up (`gharchive_pr_counts`, an Arrow file each shard maps).
 
 Example:
-    stackcurate ingest --out work/gh --gharchive 'gharchive/2023-03-01-*.json.gz'
+    stackcurate ingest --out work/gh --gharchive 'gharchive/2023-03-01-*.json.gz' --gharchive-code repos/
 """
 
 import dataclasses
@@ -21,12 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from stackcurate.core import io, shuffle
 from stackcurate.core.contract import Shard, StageContext
 from stackcurate.core.layout import StageDir
 from stackcurate.sources.base import RawBatch, Source, expand_inputs
-from stackcurate.sources.gharchive import threads
+from stackcurate.sources.gharchive import pulls, threads
+from stackcurate.sources.gharchive.code import Repositories
 from stackcurate.sources.gharchive.events import URL_SCHEMES, split_task, url_size
 from stackcurate.stages.license import read_opt_out
 
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
 
 SPLIT = "ingest_gharchive"  # the run folder's scratch stage of the split (its partitions)
 ISSUE, PULL_REQUEST = "issue", "pull_request"
+OptOut = tuple[frozenset[str], frozenset[str]]  # repositories and accounts (license.read_opt_out)
 _ORDINALS = 1 << 24  # doc_ids per partition: a partition's threads are numbered from partition << 24
 
 
@@ -48,6 +55,7 @@ class GHArchive(Source):
         pa.field("participants", pa.int32()),  # distinct authors of those
         pa.field("bot_events", pa.int32()),  # events dropped as bots' (or calling a bot)
         pa.field("truncated_events", pa.int32()),  # texts cut to their first and last lines
+        pa.field("pr_files", pa.int32()),  # a pull request's base files rendered
     )
     error_reasons = frozenset({"malformed_line", "malformed_event", "truncated_file", "unreadable_input"})
     reads_only_names = True  # threads have no file names: a read of some names (license's scan) reads none
@@ -75,20 +83,28 @@ class GHArchive(Source):
                       stop=partitions) for p in range(partitions)]  # fmt: skip
 
     def prepare(self, cfg: "IngestConfig", ctx: StageContext) -> "IngestConfig":
-        """Send every thread's events to its partition (events.py), once per input and partition count."""
-        if not cfg.gharchive or cfg.gharchive_events is not None:
+        """Send every thread's events to its partition (events.py), once per input and partition count; then
+        count each repository's pull requests (module docstring)."""
+        if not cfg.gharchive:
             return cfg
         partitions = next((s.stop for s in ctx.shards if s.kind == self.name), 1)
         files = self.files()
-        phases = ctx.phases(SPLIT, {"files": files, "partitions": partitions})
-        root = phases.work_uri("events")  # the files a rerun finds split are not split again (their markers)
-        phases.run("split", split_task, [(f, i, root, partitions) for i, f in enumerate(files)], "gharchive split")
-        return dataclasses.replace(cfg, gharchive_events=root)
+        phases = ctx.phases(SPLIT, {"files": files, "partitions": partitions, "events": cfg.gharchive_events})
+        if cfg.gharchive_events is None:
+            root = phases.work_uri("events")  # the files a rerun finds split are not split again (their markers)
+            phases.run("split", split_task, [(f, i, root, partitions) for i, f in enumerate(files)], "gharchive split")
+            cfg = dataclasses.replace(cfg, gharchive_events=root)
+        if cfg.gharchive_pr_counts is None:
+            counts = phases.work_uri("pr_counts")
+            phases.run("count", _count_task, [(cfg.gharchive_events, p, counts) for p in range(partitions)], bar=False)
+            phases.run("total", _total_task, [(counts,)], bar=False)
+            cfg = dataclasses.replace(cfg, gharchive_pr_counts=io.join(counts, TOTAL))
+        return cfg
 
     def finish(self, cfg: "IngestConfig", ctx: StageContext) -> None:
         """Once every shard has read its partition, the split goes."""
         split = StageDir(ctx.out, SPLIT)
-        if cfg.gharchive_events is not None and cfg.gharchive_events.startswith(split.state_uri):
+        if split.exists():
             split.delete()
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
@@ -104,6 +120,15 @@ class GHArchive(Source):
             return
         rules = threads.load_rules(self.ingest.gharchive_rules or threads.RULES)
         opt_out = read_opt_out(self.ingest.gharchive_opt_out) if self.ingest.gharchive_opt_out else None
+        prs = _PullRequests(self.ingest, rules, _counts(self.ingest.gharchive_pr_counts, table))
+        try:
+            yield from self._read(batch, table, rules, opt_out, prs)
+        finally:
+            prs.code.close()
+
+    def _read(
+        self, batch: RawBatch, table: pa.Table, rules: threads.Rules, opt_out: OptOut | None, prs: "_PullRequests"
+    ) -> Iterator[pa.Table]:
         for key, events in _threads(table):
             if key.startswith("~"):  # the bad lines of one hourly file (events.py)
                 for e in events:
@@ -111,11 +136,71 @@ class GHArchive(Source):
                     batch.add(e["file"], reason=reason, detail=f"line {e['line']}: {detail}", kind=ISSUE,
                               origin=e["file"])  # fmt: skip
             else:
-                _add_thread(batch, events, rules, opt_out)
+                _add_thread(batch, events, rules, opt_out, prs)
             if batch.full():
                 yield batch.flush()
         if batch.rows:
             yield batch.flush()
+
+
+TOTAL = "total.arrow"
+
+
+def _count_task(events: str, part: int, counts: str) -> dict[str, int]:
+    """The pull requests of one partition, counted by repository (a pull request lives in one partition)."""
+    fs, root = io.filesystem(events)
+    table = shuffle.read_partition(fs, root, part, columns=["key", "repo", "is_pr"])
+    if table is not None:
+        prs = table.filter(pc.fill_null(table.column("is_pr"), False)).group_by(["repo", "key"]).aggregate([])
+        table = prs.group_by("repo").aggregate([("key", "count")]).rename_columns(["repo", "count"])
+    else:
+        table = pa.table({"repo": pa.array([], pa.string()), "count": pa.array([], pa.int64())})
+    out_fs, out = io.filesystem(counts)
+    out_fs.create_dir(out, recursive=True)
+    pq.write_table(table, io.join(out, f"{part:05d}.parquet"), filesystem=out_fs)
+    return {"repositories": table.num_rows}
+
+
+def _total_task(counts: str) -> dict[str, int]:
+    """The counts of every partition added up, as an Arrow file each shard memory-maps."""
+    fs, root = io.filesystem(counts)
+    parts = [pq.read_table(path, filesystem=fs) for path in io.expand(fs, root, suffix=".parquet")]
+    total = pa.concat_tables(parts).group_by("repo").aggregate([("count", "sum")]).rename_columns(["repo", "count"])
+    with fs.open_output_stream(io.join(root, TOTAL)) as sink, pa.ipc.new_file(sink, total.schema) as writer:
+        writer.write_table(total)
+    return {"repositories": total.num_rows}
+
+
+def _counts(uri: str | None, table: pa.Table) -> dict[str, int] | None:
+    """The pull requests per repository of the partition's repositories; None when not counted (no sampling)."""
+    if uri is None:
+        return None
+    fs, path = io.filesystem(uri)
+    with fs.open_input_file(path) as handle:
+        total = pa.ipc.open_file(handle).read_all()
+    repos = pc.unique(table.column("repo"))  # pyright: ignore[reportAttributeAccessIssue]
+    mine = total.filter(pc.is_in(total.column("repo"), value_set=repos))  # pyright: ignore[reportAttributeAccessIssue]
+    return dict(zip(mine.column("repo").to_pylist(), mine.column("count").to_pylist(), strict=True))
+
+
+@dataclasses.dataclass
+class _PullRequests:
+    """What a shard needs for its pull requests: their rules, code and repositories' counts."""
+
+    ingest: "IngestConfig"
+    bot_rules: threads.Rules
+    counts: dict[str, int] | None
+    rules: dict[str, Any] = dataclasses.field(init=False)
+    code: Repositories = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rules = pulls.load_rules(self.ingest.gharchive_pr_rules or pulls.RULES)
+        self.code = Repositories(self.ingest.gharchive_code, self.ingest.tmp_dir)
+
+    def clean(self, repo: str, number: int, events: list[dict[str, Any]]) -> pulls.Result:
+        pr = pulls.build(repo, number, events)
+        count = None if self.counts is None else self.counts.get(repo, 1)
+        return pulls.clean(pr, self.rules, self.bot_rules, self.code, count, self.ingest.gharchive_seed)
 
 
 def _threads(table: pa.Table) -> Iterator[tuple[str, list[dict[str, Any]]]]:
@@ -149,7 +234,7 @@ def _opted_out(repo: str, events: list[dict[str, Any]], opt_out: tuple[frozenset
 
 def _add_thread(
     batch: RawBatch, events: list[dict[str, Any]], rules: threads.Rules,
-    opt_out: tuple[frozenset[str], frozenset[str]] | None = None,
+    opt_out: OptOut | None = None, prs: _PullRequests | None = None,
 ) -> None:  # fmt: skip
     first = events[0]
     repo, number = first["repo"], first["number"]
@@ -162,8 +247,13 @@ def _add_thread(
         batch.add(path, reason="opt_out", detail=why, **common)
         return
     if is_pr:
-        batch.add(path, reason="pr_code_not_found", detail="no repository holds its base and head revisions",
-                  **common)  # fmt: skip
+        if prs is None:
+            raise ValueError("a pull request needs the shard's code folders and counts")
+        result = prs.clean(repo, number, events)
+        counts = {"events": result.events, "participants": result.authors, "bot_events": result.bot_events,
+                  "truncated_events": result.truncated, "pr_files": result.files}  # fmt: skip
+        data = result.text.encode("utf-8") if result.text is not None else None
+        batch.add(path, data, reason=result.reason, detail=result.detail, revision_id=result.base, **common, **counts)
         return
     cleaned = threads.clean(threads.build(repo, number, events), rules)
     counts = {"events": cleaned.events, "participants": cleaned.authors, "bot_events": cleaned.bot_events,

@@ -90,6 +90,18 @@ class IngestConfig:
         (), "opt-out lists (files or http(s) URLs), owner/repo or account per line: threads of those repositories "
         "or owners, or with a participant who opted out, are removed",
     )  # fmt: skip
+    gharchive_code: tuple[str, ...] = option(
+        (), "folders of the pull requests' repositories, laid out owner/name: git repositories (working or bare) "
+        "or SWH vault git-bare bundles (owner/name/*.git.tar)", path=True,
+    )  # fmt: skip
+    gharchive_pr_rules: str | None = option(
+        None, "how pull requests are kept and rendered: reviews, titles, files, sampling (default: the shipped "
+        "filters/github/pull_requests.yaml)", path=True,
+    )  # fmt: skip
+    gharchive_seed: int = option(0, "seed of the pull requests' sampling and rendering")
+    gharchive_pr_counts: str | None = option(
+        None, "the pull requests per repository of the input (default: counted by this run)", path=True
+    )
     gharchive_events: str | None = option(
         None, "the GH Archive events split by thread to read (default: split by this run)", path=True
     )

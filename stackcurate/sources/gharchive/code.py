@@ -1,0 +1,131 @@
+"""The code of a pull request: its base files and their versions at each head, read from git repositories.
+
+GH Archive names a pull request's base and head revisions, not their files. These are read from the folders of
+`--gharchive-code`, laid out `<owner>/<name>` as GitHub names repositories: in each folder, for `owner/name`,
+
+- `owner/name` or `owner/name.git`: a git repository, working or bare (a clone, a mirror with its
+  `refs/pull/*`);
+- `owner/name/*.git.tar`: SWH vault git-bare bundles (`swh_1_rev_<id>.git.tar`), a git commit id being the SWH
+  revision id; each is extracted once, member by member and checked, to a private temporary folder.
+
+The first place that holds both revisions gives the files. A pull request's files are those its head modifies
+against its base (added and deleted files are not base files: StarCoder2 left them out), each read at the base
+and at every head the pull request had.
+"""
+
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackcurate.sources.trees import git, member_problem
+
+
+@dataclass(frozen=True)
+class Change:
+    """One file a pull request modifies: its contents at the base and at a head."""
+
+    path: str
+    base: bytes
+    head: bytes
+
+
+class Repositories:
+    """Finds repositories under the code folders and reads revisions from them; `close` removes what it
+    extracted. One per shard: it keeps the repositories it opened (a partition holds many pull requests of
+    the same repositories)."""
+
+    def __init__(self, roots: tuple[str, ...], tmp_dir: str | None = None) -> None:
+        self.roots = [Path(r) for r in roots]
+        self.tmp_dir = tmp_dir
+        self.found: dict[str, list[str]] = {}  # owner/name: its git dirs
+        self.extracted: list[str] = []
+
+    def git_dirs(self, repo: str) -> list[str]:
+        if repo not in self.found:
+            self.found[repo] = [d for root in self.roots for d in self._look(root, repo)]
+        return self.found[repo]
+
+    def _look(self, root: Path, repo: str) -> list[str]:
+        owner, _, name = repo.partition("/")
+        if not owner or not name or ".." in (owner, name):
+            return []
+        dirs = []
+        for place in (root / owner / name, root / owner / f"{name}.git"):
+            if (place / ".git").exists():
+                dirs.append(str(place / ".git"))
+            elif (place / "HEAD").is_file():
+                dirs.append(str(place))
+        folder = root / owner / name
+        if folder.is_dir():
+            dirs += [d for bundle in sorted(folder.glob("*.git.tar")) if (d := self._extract(bundle))]
+        return dirs
+
+    def _extract(self, bundle: Path) -> str | None:
+        """The bare repository of a vault git-bare bundle, extracted; None when the bundle is not one (its
+        pull requests are then not found in it)."""
+        target = tempfile.mkdtemp(prefix="pr-bundle-", dir=self.tmp_dir)
+        self.extracted.append(target)
+        try:
+            with tarfile.open(bundle) as tar:
+                members = [m for m in tar.getmembers() if member_problem(m) is None]
+                tar.extractall(target, members=members, filter="data")
+        except (OSError, tarfile.TarError):
+            return None
+        found = [p.parent for p in Path(target).glob("*.git/HEAD")]
+        return str(found[0]) if found else None
+
+    def files(self, repo: str, base: str, heads: list[str]) -> dict[str, list[Change]] | None:
+        """For each head, the files it modifies against the base; None when no repository holds the base and
+        every head."""
+        for git_dir in self.git_dirs(repo):
+            if all(_has(git_dir, rev) for rev in [base, *heads]):
+                return {head: _changes(git_dir, base, head) for head in heads}
+        return None
+
+    def close(self) -> None:
+        for folder in self.extracted:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.extracted.clear()
+
+
+def _has(git_dir: str, rev: str) -> bool:
+    try:
+        git(git_dir, "cat-file", "-e", f"{rev}^{{commit}}")
+    except subprocess.CalledProcessError:
+        return False
+    return True
+
+
+def _changes(git_dir: str, base: str, head: str) -> list[Change]:
+    listing = git(git_dir, "diff", "--no-renames", "--no-ext-diff", "--diff-filter=M", "--name-only", "-z", base, head)
+    paths = [p.decode("utf-8", "surrogateescape") for p in listing.split(b"\0") if p]
+    if not paths:
+        return []
+    wanted = [f"{rev}:{path}" for path in paths for rev in (base, head)]
+    blobs = _read_blobs(git_dir, wanted)
+    return [Change(path, blobs[2 * i], blobs[2 * i + 1]) for i, path in enumerate(paths)]
+
+
+def _read_blobs(git_dir: str, names: list[str]) -> list[bytes]:
+    """The contents of `rev:path` names, in order, through one `git cat-file --batch` (a name git cannot find
+    gives empty contents: a submodule, a type change)."""
+    stdin = "".join(f"{n}\n" for n in names).encode("utf-8", "surrogateescape")
+    command = ["git", "-c", "safe.directory=*", "--git-dir", git_dir, "cat-file", "--batch"]
+    out = subprocess.run(command, input=stdin, capture_output=True, check=True).stdout
+    blobs, at = [], 0
+    for _ in names:
+        end = out.index(b"\n", at)
+        header = out[at:end].split()
+        at = end + 1
+        if len(header) < 3 or header[1] != b"blob":
+            blobs.append(b"")
+            if len(header) >= 3:
+                at += int(header[2]) + 1
+            continue
+        size = int(header[2])
+        blobs.append(out[at : at + size])
+        at += size + 1
+    return blobs
