@@ -11,10 +11,13 @@ way Software Heritage serves them, so the whole pipeline runs with no download:
     OUT/graph/orc/<table>/*.orc       a miniature SWH graph export of git repositories made from a few stdlib
                                       packages, with its content store (`stackcurate graph` walks it;
                                       stages/graph/mini.py)
-    OUT/gharchive/*.json.gz           a small GH Archive of issues, in its exact event schema, made from the
-                                      entries of IDLE's NEWS.txt (sources/gharchive/sample.py)
-    OUT/history/stackcurate.git       the git history of the stackcurate checkout this runs from, a bare clone
-                                      (none from an installed wheel, which has no history)
+    OUT/gharchive/*.json.gz           a small GH Archive, in its exact event schema: issues made from the
+                                      entries of IDLE's NEWS.txt, pull requests from the commits of the history
+                                      below (sources/gharchive/sample.py)
+    OUT/history/stackcurate/stackcurate.git
+                                      the git history of the stackcurate checkout this runs from, a bare clone
+                                      (none from an installed wheel, which has no history), laid out owner/name
+                                      for the pull requests' code
 
 The selection is deterministic: files are ordered by the SHA-1 of their path and taken up to the budget.
 """
@@ -87,6 +90,7 @@ class SampleInfo:
     graph_origins: int
     issues: int = 0
     history: str | None = None
+    pulls: int = 0
 
 
 def _roots() -> list[tuple[str, Path]]:
@@ -157,8 +161,10 @@ def build_sample(out: str | Path, *, max_bytes: int = 20_000_000, max_files: int
 
     issues = gharchive.write_sample(out / "gharchive")
     history = _write_history(out / "history")
+    pulls = gharchive.write_pulls(out / "gharchive", Path(history)) if history else 0
     return SampleInfo(files=len(rows), bytes=total, repos=len({r["repo_name"] for r in rows}), bundles=bundles,
-                      graph_origins=len(graph["origins"]), issues=issues, history=history)  # fmt: skip
+                      graph_origins=len(graph["origins"]), issues=issues, history=history,
+                      pulls=pulls)  # fmt: skip
 
 
 def _write_history(folder: Path) -> str | None:
@@ -167,7 +173,7 @@ def _write_history(folder: Path) -> str | None:
     if not (checkout / ".git").exists():
         return None
     folder.mkdir(parents=True)
-    target = folder.resolve() / "stackcurate.git"
+    target = folder.resolve() / "stackcurate" / "stackcurate.git"  # laid out owner/name, as --gharchive-code reads
     _git(folder, "clone", "--quiet", "--bare", "--no-hardlinks", str(checkout), str(target))
     return str(target)
 

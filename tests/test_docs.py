@@ -105,7 +105,7 @@ def test_the_readme_s_commands_run(tmp_path, monkeypatch, capsys):
             runs([*argv, *SMALL_SAMPLE], capsys)
             # the demo's inputs, under the relative path the README gives (the history clone once missed it)
             sample = tmp_path / argv[1]
-            assert (sample / "history" / "stackcurate.git" / "HEAD").is_file()
+            assert (sample / "history" / "stackcurate" / "stackcurate.git" / "HEAD").is_file()
             assert any((sample / "gharchive").iterdir())
         elif argv[0] == "run" and "--ray-address" not in argv:
             assert "would run" in runs([*argv, "--dry-run"] if "--dry-run" not in argv else argv, capsys)

@@ -102,7 +102,7 @@ def _cmd_sample(args: argparse.Namespace) -> None:
     print(
         f"sample: {info.files:,} files, {info.bytes / 1e6:.1f} MB in {info.repos} repositories, "
         f"bundles {', '.join(info.bundles)}, a graph export of {info.graph_origins} origins, a GH Archive of "
-        f"{info.issues} issues, "
+        f"{info.issues} issues and {info.pulls} pull requests, "
         + ("a git history" if info.history else "no git history (not run from a checkout)")
         + f" under {args.out}"
     )

@@ -7,11 +7,17 @@ Archive's exact event schema: opened with the entry's text, a comment by the pat
 author where the entry names one, and closed, over three hourly files, so that the shuffle by thread has work
 to do. The events' ids, times and logins are made here (`idle-news`, and the author's name folded into a
 login); the text is IDLE's.
+
+Pull requests come from a git repository's history (`write_pulls`: the sample's clone of the stackcurate
+checkout): each commit with a message body is a pull request of `stackcurate/stackcurate` whose base is its
+parent and head the commit, titled by its subject and described by its body, approved and merged, so that
+`--gharchive-code` finds its code in that clone. The logins are made here; the text and code are the commits'.
 """
 
 import gzip
 import json
 import re
+import subprocess
 import sysconfig
 from pathlib import Path
 from typing import Any
@@ -78,3 +84,51 @@ def write_sample(folder: Path, news: Path | None = None) -> int:
         lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events)
         (folder / f"2023-06-01-{hour}.json.gz").write_bytes(gzip.compress(lines.encode(), mtime=0))
     return len(found)
+
+
+PULLS_REPO = "stackcurate/stackcurate"
+
+
+def _commits(git_dir: Path, limit: int) -> list[tuple[str, str, str, str]]:
+    """(parent, commit, subject, body) of the newest commits with a body of two lines or more and one parent."""
+    command = ["git", "--git-dir", str(git_dir), "log", "--no-merges", "--format=%x1e%P%x1f%H%x1f%s%x1f%b"]
+    listing = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    found = []
+    for chunk in listing.split("\x1e")[1:]:
+        parents, commit, subject, body = chunk.split("\x1f", 3)
+        if len(parents.split()) == 1 and body.strip().count("\n") >= 1:
+            found.append((parents.strip(), commit, subject.strip(), body.strip()))
+    return found[:limit]
+
+
+def write_pulls(folder: Path, git_dir: Path, limit: int = 12) -> int:
+    """Write the hourly files of pull requests made from `git_dir`'s commits (module docstring); returns their
+    number."""
+    hours: dict[int, list[dict[str, Any]]] = {}
+    commits = _commits(git_dir, limit)
+    for i, (base, head, subject, body) in enumerate(commits):
+        number = 1000 + i
+        pr = {"id": 3_000_000 + number, "number": number, "title": subject, "body": body, "state": "open",
+              "merged": False, "user": {"login": "sc-author", "id": 3, "type": "User"},
+              "base": {"ref": "main", "sha": base, "repo": {"full_name": PULLS_REPO}},
+              "head": {"ref": f"change-{number}", "sha": head, "repo": {"full_name": PULLS_REPO}},
+              "html_url": f"https://github.com/{PULLS_REPO}/pull/{number}"}  # fmt: skip
+        review = {"id": 4_000_000 + number, "user": {"login": "sc-reviewer", "id": 4, "type": "User"}, "body": "",
+                  "state": "approved", "commit_id": head}  # fmt: skip
+        merged = {**pr, "state": "closed", "merged": True}
+        hour = i % 4
+        events = [
+            _event(900 + 3 * i, "PullRequestEvent", "sc-author", {"action": "opened", "number": number,
+                                                                  "pull_request": pr}, hour, PULLS_REPO),
+            _event(901 + 3 * i, "PullRequestReviewEvent", "sc-reviewer", {"action": "created", "pull_request": pr,
+                                                                          "review": review}, hour + 1, PULLS_REPO),
+            _event(902 + 3 * i, "PullRequestEvent", "sc-reviewer", {"action": "closed", "number": number,
+                                                                    "pull_request": merged}, hour + 2, PULLS_REPO),
+        ]  # fmt: skip
+        for e in events:
+            hours.setdefault(int(e["created_at"][11:13]), []).append(e)
+    folder.mkdir(parents=True, exist_ok=True)
+    for hour, found in sorted(hours.items()):
+        lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in found)
+        (folder / f"2023-06-02-{hour}.json.gz").write_bytes(gzip.compress(lines.encode(), mtime=0))
+    return len(commits)
