@@ -10,7 +10,9 @@ Two passes over the same input:
    - otherwise the ids detected in license files of the same repository, in the file's folder or any folder
      above it, after dropping amendment ids (and the unknown-license reference when a permissive id is found):
      all permissive -> permissive; none -> no_license; else non_permissive;
-   - rows that already carry a `license_type` (The Stack v2 metadata) keep it when `trust_metadata`.
+   - rows that already carry a `license_type` (The Stack v2 metadata) keep it when `trust_metadata`;
+   - rows that carry `detected_licenses` and no type (pull requests and commits: the ids found in their
+     repository's license files by ingest) are classified from those ids, as SC2 gave them their repository's.
    Files of opted-out repositories or owners are removed first (reason `opt_out`), then files whose type
    is not in `keep` (reason `license_<type>`).
 
@@ -38,7 +40,7 @@ from stackcurate.core.contract import StageContext, StageOutput, split_by_reason
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.paths import filters_dir
 from stackcurate.core.records import RecordStage
-from stackcurate.core.schema import put_column
+from stackcurate.core.schema import FILE_KIND, put_column
 from stackcurate.core.tables import read_name_list
 from stackcurate.stages import license_detect
 
@@ -167,6 +169,9 @@ class LicenseStage(RecordStage):
     in the file's folder or a folder above it. All permissive: permissive; none found: no_license; anything else:
     non_permissive. Rows whose metadata already carries a license_type keep it (--trust-metadata).
 
+    Pull requests and commits take their repository's license, as StarCoder2's: the licenses ingest found in its
+    license files (their detected_licenses), classified the same way. Issues carry no license and pass through.
+
     Removed, by reason: opt_out (repositories or owners listed in --opt-out), license_<type> (the types not in
     --keep).
 
@@ -177,6 +182,7 @@ class LicenseStage(RecordStage):
     name = "license"
     config = LicenseConfig
     needs = ("repo_name", "path", "content")
+    kinds = (FILE_KIND, "pull_request", "commit")  # sources/gharchive, sources/git_history
 
     @classmethod
     def before_shards(cls, cfg: LicenseConfig, ctx: StageContext) -> LicenseConfig:
@@ -239,7 +245,9 @@ class LicenseStage(RecordStage):
                 reasons.append("opt_out")
                 details.append(None)
                 continue
-            if not (self.cfg.trust_metadata and kinds[i] in LICENSE_TYPES):
+            if kinds[i] is None and detected[i] is not None:  # a pull request's or commit's repository's own
+                kinds[i] = self.classify(detected[i])
+            elif not (self.cfg.trust_metadata and kinds[i] in LICENSE_TYPES):
                 if gha and gha != "NOASSERTION":
                     kinds[i] = "permissive" if gha.lower() in self.permissive else "non_permissive"
                     detected[i] = [gha]

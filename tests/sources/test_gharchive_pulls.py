@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import git, needs_git, read_all, table_dir
+from helpers import GPL3_NOTICE, MIT, git, needs_git, read_all, table_dir
 from test_gharchive import LONG, comment, event, issue, write_hours
 
 from stackcurate.cli import main
@@ -324,3 +324,48 @@ def test_the_same_pull_requests_for_any_partitions_and_order_of_files(tmp_path):
     reasons = [r["reason"] for r in one[1]]
     assert len(one[0]) + len(one[1]) == 9 and set(reasons) <= {"sampled_repository"}
     assert 2 <= len(one[0]) <= 9  # each kept with p = 0.8007 - 0.0007 * 9
+
+
+def test_a_pull_request_takes_its_repository_s_license_and_the_license_stage_classifies_it(tmp_path):
+    base, head = repository(tmp_path)
+    repo = tmp_path / "code" / "acme" / "tool"
+
+    def licensed(text: str) -> tuple[str, str]:
+        """A base with this license file, and a head that changes it as `head` changes `base`."""
+        git(repo, "checkout", "-q", base)
+        (repo / "LICENSE").write_text(text)
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "license")
+        git(repo, "checkout", head, "--", "parse.py", "README.md", "new.py")
+        git(repo, "rm", "-q", "old.txt")
+        git(repo, "commit", "-q", "-m", "change")
+        return git(repo, "rev-parse", "HEAD~1"), git(repo, "rev-parse", "HEAD")
+
+    (mit_base, mit_head), (gpl_base, gpl_head) = licensed(MIT), licensed(GPL3_NOTICE)
+    hours: dict[int, list] = {}
+    for number, (b, h) in {5: (base, head), 6: (mit_base, mit_head), 7: (gpl_base, gpl_head)}.items():
+        for hour, events in reviewed(b, h).items():
+            hours.setdefault(hour, []).extend(_renumbered(e, number) for e in events)
+    write_hours(tmp_path / "gha", hours)
+    kept, _ = run(tmp_path, "--gharchive-seed", "3")
+    assert {r["path"]: r["detected_licenses"] for r in kept} == {"/pull/5": [], "/pull/6": ["MIT"],
+                                                                  "/pull/7": ["GPL-3.0-or-later"]}  # fmt: skip
+    assert main(["license", "--out", str(tmp_path / "out"), "--runner", "local", "--no-progress"]) == 0
+    licensed = {r["path"]: r["license_type"] for r in read_all(tmp_path / "out" / "license").to_pylist()}
+    assert licensed == {"/pull/5": "no_license", "/pull/6": "permissive"}
+    (removed,) = read_all(table_dir(tmp_path / "out" / "license", "removed")).to_pylist()
+    assert (removed["path"], removed["reason"]) == ("/pull/7", "license_non_permissive")
+
+
+def _renumbered(e: dict, number: int) -> dict:
+    """An event of pull request 5 as one of pull request `number` (its own event id)."""
+    import copy
+
+    e = copy.deepcopy(e)
+    e["id"] = str(int(e["id"]) + 100 * number)
+    payload = e["payload"]
+    for key in ("pull_request", "issue"):
+        if key in payload:
+            payload[key]["number"] = number
+    payload.pop("number", None)
+    return e

@@ -2,34 +2,13 @@
 
 import pyarrow as pa
 import pytest
-from helpers import make_table
+from helpers import GPL3_NOTICE, MIT, make_table
 
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
 from stackcurate.pipeline import RunOptions, run_stage
 from stackcurate.stages import get_stage
 from stackcurate.stages.license import LicenseConfig, LicenseStage, read_opt_out
-
-MIT = (
-    "Permission is hereby granted, free of charge, to any person obtaining a copy of this software and associated "
-    'documentation files (the "Software"), to deal in the Software without restriction, including without '
-    "limitation the rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies of the "
-    "Software, and to permit persons to whom the Software is furnished to do so, subject to the following "
-    "conditions:\n\nThe above copyright notice and this permission notice shall be included in all copies or "
-    'substantial portions of the Software.\n\nTHE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, '
-    "EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR "
-    "PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, "
-    "DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT OF OR IN "
-    "CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.\n"
-)
-GPL3_NOTICE = (
-    "This program is free software: you can redistribute it and/or modify it under the terms of the GNU General "
-    "Public License as published by the Free Software Foundation, either version 3 of the License, or (at your "
-    "option) any later version.\n\nThis program is distributed in the hope that it will be useful, but WITHOUT ANY "
-    "WARRANTY; without even the implied warranty of MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the "
-    "GNU General Public License for more details.\n\nYou should have received a copy of the GNU General Public "
-    "License along with this program.  If not, see <https://www.gnu.org/licenses/>.\n"
-)
 
 
 def _stage(tmp_path, found: list[dict], **cfg) -> LicenseStage:

@@ -253,7 +253,8 @@ def _add_thread(
         counts = {"events": result.events, "participants": result.authors, "bot_events": result.bot_events,
                   "truncated_events": result.truncated, "pr_files": result.files}  # fmt: skip
         data = result.text.encode("utf-8") if result.text is not None else None
-        batch.add(path, data, reason=result.reason, detail=result.detail, revision_id=result.base, **common, **counts)
+        batch.add(path, data, reason=result.reason, detail=result.detail, revision_id=result.base,
+                  detected_licenses=result.licenses, **common, **counts)  # fmt: skip
         return
     cleaned = threads.clean(threads.build(repo, number, events), rules)
     counts = {"events": cleaned.events, "participants": cleaned.authors, "bot_events": cleaned.bot_events,

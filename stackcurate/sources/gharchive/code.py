@@ -10,17 +10,25 @@ GH Archive names a pull request's base and head revisions, not their files. Thes
 
 The first place that holds both revisions gives the files. A pull request's files are those its head modifies
 against its base (added and deleted files are not base files: StarCoder2 left them out), each read at the base
-and at every head the pull request had.
+and at every head the pull request had. Its repository's licenses are those ScanCode finds in the license-like
+files at the root of the base (the license stage's pattern and detection, as The Stack v2's), which the license
+stage then classifies as a file's.
 """
 
+import re
 import shutil
 import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
+from stackcurate.core.paths import filters_dir
+from stackcurate.core.tables import read_name_list
 from stackcurate.sources.trees import git, member_problem
+
+LICENSE_FILES = filters_dir() / "licenses" / "license_file_patterns_v1.txt"
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,11 @@ class Repositories:
                 return {head: _changes(git_dir, base, head) for head in heads}
         return None
 
+    def licenses(self, repo: str, rev: str) -> list[str]:
+        """The licenses ScanCode detects in the license-like files at the root of `rev` (module docstring)."""
+        git_dir = next((d for d in self.git_dirs(repo) if _has(d, rev)), None)
+        return [] if git_dir is None else root_licenses(git_dir, rev)
+
     def close(self) -> None:
         for folder in self.extracted:
             shutil.rmtree(folder, ignore_errors=True)
@@ -129,3 +142,30 @@ def _read_blobs(git_dir: str, names: list[str]) -> list[bytes]:
         blobs.append(out[at : at + size])
         at += size + 1
     return blobs
+
+
+@cache
+def _license_pattern() -> re.Pattern[str]:
+    return re.compile(read_name_list(str(LICENSE_FILES), what="license file pattern")[0], re.IGNORECASE)
+
+
+def root_licenses(git_dir: str, rev: str) -> list[str]:
+    """The sorted SPDX ids detected in the license-like files at the root of `rev` in a repository."""
+    listing = git(git_dir, "ls-tree", "-z", rev)
+    found: set[str] = set()
+    for entry in listing.split(b"\0"):
+        meta, _, name = entry.partition(b"\t")
+        if not meta or meta.split()[1] != b"blob":
+            continue
+        path = name.decode("utf-8", "surrogateescape")
+        if _license_pattern().match(path):
+            found.update(_detect(git_dir, meta.split()[2].decode()))
+    return sorted(found)
+
+
+@cache
+def _detect(git_dir: str, blob: str) -> tuple[str, ...]:  # a license file shared by many revisions: read once
+    from stackcurate.stages import license_detect
+
+    text = _read_blobs(git_dir, [blob])[0].decode("utf-8", "replace")
+    return tuple(license_detect.detect(text, "stack_v2"))

@@ -34,7 +34,7 @@ import difflib
 import hashlib
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -164,6 +164,7 @@ class Result:
     truncated: int = 0
     files: int = 0
     base: str | None = None  # the base revision
+    licenses: list[str] | None = None  # detected in its repository's license files at the base
 
 
 def chance(seed: int, repo: str, number: int, what: str) -> random.Random:
@@ -472,4 +473,7 @@ def clean(pr: PullRequest, rules: dict[str, Any], bot_rules: threads.Rules, code
     if changes is None:
         where = "no repository of --gharchive-code" if code.git_dirs(pr.repo) == [] else "no repository found"
         return Result(None, "pr_code_not_found", f"{where} holds its base and head revisions")
-    return render(pr, changes, rules, bot_rules, seed)
+    result = render(pr, changes, rules, bot_rules, seed)
+    if result.text is None:
+        return result
+    return replace(result, licenses=code.licenses(pr.repo, base))
