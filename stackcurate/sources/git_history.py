@@ -8,6 +8,9 @@ before under 100,000 characters; no empty file after or subject; changes of <= 2
 p = 0.1; boilerplate subjects, version strings, subjects of long words removed, short ones kept with p = 0.5;
 programming languages only (go-enry's type; JSON, YAML, XML and HTML with p = 0.5); one commit per path, the
 newest of those the filters keep. Authors' names and e-mails are read nowhere: the text is the code and the subject.
+A commit carries the licenses ScanCode finds in the license-like files at the root of its repository's HEAD
+(`detected_licenses`), which the license stage classifies, as StarCoder took the repository's license.
+`--history-opt-out` lists remove a repository, named `owner/name` by its last two folders, or an owner.
 """
 
 import difflib
@@ -29,6 +32,8 @@ from stackcurate.core.contract import Shard
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.paths import rules_file
 from stackcurate.sources.base import RawBatch, Source
+from stackcurate.sources.gharchive.code import root_licenses
+from stackcurate.stages.license import read_opt_out
 
 COMMIT = "commit"
 RULES = "filters/github/commits.yaml"
@@ -185,6 +190,12 @@ class GitHistory(Source):
         repo = shard.path
         batch = RawBatch(shard, "history", self.ingest.batch_rows, schema=self.raw_schema(),
                          common={"repo_name": _repo_name(repo), "kind": COMMIT})  # fmt: skip
+        if self.ingest.history_opt_out and (why := _opted_out(repo, read_opt_out(self.ingest.history_opt_out))):
+            batch.add("", reason="opt_out", detail=why)  # one row for the repository: none of its commits is read
+            yield batch.flush()
+            return
+        head = _head(repo)
+        batch.common["detected_licenses"] = root_licenses(_git_dir(repo), head) if head else []
         blobs = _Blobs(repo)
         seen: set[str] = set()
         try:
@@ -224,6 +235,29 @@ class GitHistory(Source):
         text = render(change, old, new, rules, rng).encode("utf-8")
         batch.add(change.path, text, language=language, **common)
         return True
+
+
+def _opted_out(repo: str, opt_out: tuple[frozenset[str], frozenset[str]]) -> str | None:
+    """Why a repository's commits go under the opt-out lists: it is `owner/name` by its last two folders."""
+    path = Path(repo).resolve()
+    owner, name = path.parent.name.lower(), path.name.removesuffix(".git").lower()
+    repos, accounts = opt_out
+    if f"{owner}/{name}" in repos:
+        return "its repository opted out"
+    if owner in accounts:
+        return "its repository's owner opted out"
+    return None
+
+
+def _git_dir(repo: str) -> str:
+    return str(Path(repo) / ".git") if (Path(repo) / ".git").exists() else repo
+
+
+def _head(repo: str) -> str | None:
+    """The commit the repository's HEAD names (its licenses are read there), or None in an empty repository."""
+    done = subprocess.run(["git", "--git-dir", _git_dir(repo), "rev-parse", "--verify", "-q", "HEAD"],
+                          capture_output=True, text=True)  # fmt: skip
+    return done.stdout.strip() or None
 
 
 def _repo_name(repo: str) -> str:

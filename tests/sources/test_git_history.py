@@ -177,3 +177,21 @@ def test_a_rerun_gives_the_same_records(history, tmp_path):
 def test_a_folder_that_is_not_a_repository_is_one_line(tmp_path, capsys):
     assert main(["ingest", "--out", str(tmp_path / "o"), "--history", str(tmp_path), "--runner", "local"]) == 2
     assert capsys.readouterr().err.strip().endswith("is not a git repository (no .git, no HEAD)")
+
+
+def test_commits_carry_their_repository_s_licenses_and_opted_out_repositories_give_one_row(tmp_path):
+    from helpers import MIT
+
+    repo = tmp_path / "acme" / "licensed"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    commit(repo, {"src/a.py": CODE, "LICENSE": MIT}, "Initial import")
+    commit(repo, {"src/a.py": edited(CODE, 10, 4)}, "Square the value in the middle steps")
+    kept, _ = ingest(tmp_path, repo)
+    assert {tuple(r["detected_licenses"]) for r in kept} == {("MIT",)}
+    assert main(["license", "--out", str(tmp_path / "out"), "--runner", "local", "--no-progress"]) == 0
+    assert {r["license_type"] for r in read_all(tmp_path / "out" / "license").to_pylist()} == {"permissive"}
+    for line in ("acme/licensed", "ACME"):
+        (tmp_path / "optout.txt").write_text(line + "\n")
+        kept, removed = ingest(tmp_path / line, repo, "--history-opt-out", str(tmp_path / "optout.txt"))
+        assert kept == [] and [(r["path"], r["reason"]) for r in removed] == [("/", "opt_out")]

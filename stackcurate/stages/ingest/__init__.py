@@ -78,6 +78,10 @@ class IngestConfig:
         "filters/github/commits.yaml)", path=True,
     )  # fmt: skip
     history_seed: int = option(0, "seed of the commits' sampling and windows")
+    history_opt_out: tuple[str, ...] = option(
+        (), "opt-out lists (files or http(s) URLs), owner/repo or owner per line: the commits of those repositories "
+        "(owner/name: a repository's last two folders) are removed",
+    )  # fmt: skip
     gharchive: tuple[str, ...] = option(
         (), "GH Archive hourly event files or globs (YYYY-MM-DD-H.json.gz; local, s3:// or https://)", path=True
     )
