@@ -156,6 +156,39 @@ def kind_totals(out: str | Path) -> list[tuple[str, int, int]]:
     return [] if len(rows) == 1 and rows[0][0] in ("file", "repository") else [(k, int(d), int(t)) for k, d, t in rows]
 
 
+_KINDS_SQL = """select stage, coalesce(kind, 'file') as kind, metric, sum(value) as value from stats
+where metric in ('docs_in', 'docs_out', 'docs_removed', 'docs_error') group by all"""
+
+
+@dataclass(frozen=True)
+class KindFlow:
+    """One stage's documents of one kind: in, kept, removed, errors (`stackcurate stats`, the report)."""
+
+    stage: str
+    kind: str
+    docs_in: int = 0
+    docs_out: int = 0
+    docs_removed: int = 0
+    docs_error: int = 0
+
+
+def kind_flow(out: str | Path) -> list[KindFlow]:
+    """Each stage's counts per kind of record, stages in pipeline order, when the run holds more than files
+    (stats counted by kind: issues, pull requests, commits); [] otherwise."""
+    order = stage_order(str(out))
+    con, views = connect(out)
+    if "stats" not in views or "kind" not in {r[0] for r in con.sql("describe stats").fetchall()}:
+        return []
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for stage, kind, metric, value in con.sql(_KINDS_SQL).fetchall():
+        if stage in order:
+            counts.setdefault((stage, kind), {})[metric] = int(value)
+    if {kind for _, kind in counts} <= {"file"}:
+        return []
+    rows = [KindFlow(stage, kind, **values) for (stage, kind), values in counts.items()]
+    return sorted(rows, key=lambda r: (order.index(r.stage), r.kind))
+
+
 def stale_stages(out: str | Path) -> list[tuple[str, str]]:
     """The stages of a run made from an output that changed since, with why: the stage whose output they read
     was rerun after them (`stackcurate ingest --overwrite` alone), or is stale itself. In pipeline order."""

@@ -110,7 +110,7 @@ def _cmd_report(args: argparse.Namespace) -> None:
 
 
 def _cmd_stats(args: argparse.Namespace) -> None:
-    from stackcurate.query import kind_totals, stage_reasons, stage_totals, stale_line
+    from stackcurate.query import kind_flow, kind_totals, stage_reasons, stage_totals, stale_line
 
     rows = [["stage", "docs in", "kept", "removed", "errors", "kept %", "bytes in", "bytes out", ""]]
     for t in stage_totals(args.out):
@@ -137,6 +137,12 @@ def _cmd_stats(args: argparse.Namespace) -> None:
         rows += [[r.stage, r.kind, r.reason, f"{r.docs:,}", _size(r.bytes, r.docs if r.kind == "error" else 0)]
                  for r in reasons]  # fmt: skip
         print(_aligned(rows, right=(3, 4)))
+    if flow := kind_flow(args.out):
+        print("\nby kind of record:")
+        rows = [["stage", "kind", "docs in", "kept", "removed", "errors"]]
+        rows += [[f.stage, f.kind, f"{f.docs_in:,}", f"{f.docs_out:,}", f"{f.docs_removed:,}", f"{f.docs_error:,}"]
+                 for f in flow]  # fmt: skip
+        print(_aligned(rows, right=range(2, 6)))
     if kinds := kind_totals(args.out):
         each = "; ".join(f"{kind} {docs:,} documents, {tokens:,} tokens" for kind, docs, tokens in kinds)
         print(f"\nin the shards, by kind: {each}")

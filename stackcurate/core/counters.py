@@ -32,13 +32,16 @@ def peak_rss() -> int:
 
 
 class Counters:
-    """Per-shard counters keyed by (metric, language, reason): additive, except the peak (`rss_peak`)."""
+    """Per-shard counters keyed by (metric, language, reason, kind): additive, except the peak (`rss_peak`).
+    Records are counted by kind where their table has a `kind` column (issues, commits beside files)."""
 
     def __init__(self) -> None:
-        self.values: dict[tuple[str, str | None, str | None], float] = {}
+        self.values: dict[tuple[str, str | None, str | None, str | None], float] = {}
 
-    def add(self, metric: str, language: str | None, reason: str | None, value: float) -> None:
-        key = (metric, language, reason)
+    def add(
+        self, metric: str, language: str | None, reason: str | None, value: float, kind: str | None = None
+    ) -> None:
+        key = (metric, language, reason, kind)
         if metric in LARGEST:  # a peak: the largest of the values, as the report combines shards and runs
             self.values[key] = max(self.values.get(key, value), value)
         else:
@@ -56,14 +59,15 @@ class Counters:
             size = pc.fill_null(table.column("length_bytes"), 0).cast(pa.int64())
         else:
             size = pa.array([0] * n, pa.int64())
+        kind = table.column("kind") if "kind" in table.column_names else pa.nulls(n, pa.string())
         grouped = (
-            pa.table({"language": language, "reason": reason, "size": size})
-            .group_by(["language", "reason"], use_threads=False)
+            pa.table({"language": language, "reason": reason, "kind": kind, "size": size})
+            .group_by(["language", "reason", "kind"], use_threads=False)
             .aggregate([([], "count_all"), ("size", "sum")])
         )
         for row in grouped.to_pylist():
-            self.add(f"docs_{prefix}", row["language"], row["reason"], row["count_all"])
-            self.add(f"bytes_{prefix}", row["language"], row["reason"], row["size_sum"] or 0)
+            self.add(f"docs_{prefix}", row["language"], row["reason"], row["count_all"], row["kind"])
+            self.add(f"bytes_{prefix}", row["language"], row["reason"], row["size_sum"] or 0, row["kind"])
 
     def table(self, run_id: str, stage: str, shard: int) -> pa.Table:
         rows = [
@@ -76,7 +80,8 @@ class Counters:
                 "reason": r,
                 "value": v,
                 "unit": UNITS.get(m, m.split("_", 1)[0]),
+                "kind": kind,
             }
-            for (m, lang, r), v in sorted(self.values.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
+            for (m, lang, r, kind), v in sorted(self.values.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
         ]
         return pa.Table.from_pylist(rows, schema=STATS_SCHEMA)

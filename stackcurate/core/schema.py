@@ -83,6 +83,7 @@ STATS_SCHEMA = pa.schema(
         pa.field("reason", pa.string()),
         pa.field("value", pa.float64()),
         pa.field("unit", pa.string()),  # docs | bytes | seconds
+        pa.field("kind", pa.string()),  # the records' kind, where a table has several (null: files, or none)
     ]
 )
 

@@ -171,11 +171,11 @@ class _StageWriters:
         values = self.counters.values.items()
         return {
             "shard": shard.index,
-            "docs_in": int(sum(v for (m, _, _), v in values if m == "docs_in")),
+            "docs_in": int(sum(v for (m, *_), v in values if m == "docs_in")),
             "docs_out": self.kept_rows,
             "docs_removed": self.removed.rows,
             "errors": self.errors.rows,
-            "bytes_out": int(sum(v for (m, _, _), v in values if m == "bytes_out")),
+            "bytes_out": int(sum(v for (m, *_), v in values if m == "bytes_out")),
             "seconds": round(self.seconds, 3),
         }
 

@@ -139,7 +139,10 @@ def page(summary: dict[str, Any]) -> str:
         parts.append("<h2>Kinds of record</h2>" + _bars("Tokens per kind (the Megatron shards, epochs included)",
                                                         [(r["kind"], r["tokens"]) for r in kinds])
                      + _table(kinds, ["kind", "documents", "tokens"])
-                     + _table(summary.get("removed_by_kind") or [], ["kind", "reason", "records"]))  # fmt: skip
+                     + _table(summary.get("kinds_by_stage") or [],
+                              ["stage", "kind", "docs_in", "docs_out", "docs_removed", "docs_error"])
+                     + _table(summary.get("removed_by_kind") or [],
+                              ["kind", "stage", "reason", "records"]))  # fmt: skip
     parts.append("<h2>Removed, by stage and reason</h2>")
     for stage in summary["stages"]:
         rows = [r for r in summary["removed_by_reason"] if r["stage"] == stage]

@@ -1,6 +1,7 @@
 """Every number of the report, from the run's own stats and removed rows through DuckDB (the views of
 `stackcurate query`), so it always agrees with `stackcurate stats`."""
 
+import dataclasses
 import platform
 import re
 import time
@@ -14,7 +15,7 @@ import yaml
 from stackcurate.core.counters import LARGEST
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.layout import CONFIG, FUSED, STATE
-from stackcurate.query import connect, stale_stages
+from stackcurate.query import connect, kind_flow, stale_stages
 from stackcurate.stages import stage_order
 
 REPORT_DIR = "report"
@@ -40,8 +41,8 @@ TOKENS_BY_LANGUAGE_SQL = """select coalesce(language, '(unknown)') as language, 
     from tokenize group by all order by tokens desc"""
 TOKENS_BY_KIND_SQL = """select coalesce(kind, 'file') as kind, count(*) as documents, sum(n_tokens)::bigint as tokens
     from tokenize group by all order by tokens desc"""
-SOURCE_KINDS_SQL = """select coalesce(kind, 'file') as kind, reason, count(*) as records from ingest_removed
-    group by all order by kind, records desc"""
+KINDS_REMOVED_SQL = """select stage, coalesce(kind, 'file') as kind, reason, sum(value)::bigint as records
+    from stats where metric = 'docs_removed' and reason is not null group by all order by kind, stage, records desc"""
 RUNS_SQL = "select distinct run_id from stats order by run_id"
 DEDUP_SQL = """select reason as size, sum(value)::bigint as clusters from stats
     where stage = 'dedup_clusters' and metric = 'clusters' group by all order by clusters desc"""
@@ -147,7 +148,8 @@ def summarize(out: str | Path) -> dict[str, Any]:
         # records of other kinds than files (issues, commits): the shards' documents and tokens by kind (epochs
         # included), and what ingest removed of each kind
         "tokens_by_kind": _rows(con, TOKENS_BY_KIND_SQL) if _has(con, views, "tokenize", "kind") else [],
-        "removed_by_kind": _rows(con, SOURCE_KINDS_SQL) if _has(con, views, "ingest_removed", "kind") else [],
+        "removed_by_kind": _removed_by_kind(con, views, stages),
+        "kinds_by_stage": [dataclasses.asdict(f) for f in kind_flow(out)],
         "dedup": _rows(con, DEDUP_SQL) if "dedup_clusters" in totals else [],
         "pii": _rows(con, PII_SQL) if "pii" in totals else [],
         "licenses": _licenses(con, views, stages),
@@ -201,6 +203,16 @@ def _significant(value: float | None) -> float | None:
 
 def _part_of(stage: str) -> str:
     return next((part for part, owner in PARTS.items() if owner == stage), "")
+
+
+def _removed_by_kind(con: Any, views: list[str], stages: list[str]) -> list[dict[str, Any]]:
+    """Records removed by each stage, by kind and reason, when the stats count kinds other than files."""
+    if (
+        not _has(con, views, "stats", "kind")
+        or not con.sql("select 1 from stats where kind <> 'file' limit 1").fetchall()
+    ):
+        return []
+    return [r for r in _rows(con, KINDS_REMOVED_SQL) if r["stage"] in stages]
 
 
 def _has(con: Any, views: list[str], view: str, column: str) -> bool:

@@ -96,8 +96,12 @@ def _run(out: Path, stages: list[Judge], shard: Shard, **kwargs) -> dict:
 
 
 def _stats(folder: Path) -> dict[tuple, float]:
-    rows = pq.read_table(table_dir(folder, "stats") / "00000.parquet").to_pylist()
-    return {(r["stage"], r["metric"], r["language"], r["reason"]): r["value"] for r in rows}
+    """The counters of a shard, summed over kinds."""
+    found: dict[tuple, float] = {}
+    for r in pq.read_table(table_dir(folder, "stats") / "00000.parquet").to_pylist():
+        key = (r["stage"], r["metric"], r["language"], r["reason"])
+        found[key] = found.get(key, 0.0) + r["value"]
+    return found
 
 
 def _files_under(out: Path) -> list[str]:
@@ -333,6 +337,9 @@ def test_rows_passed_through_are_counted_as_docs_passed(tmp_path):
     stats = _stats(tmp_path / "out" / "judge")
     assert stats[("judge", "docs_passed", "python", None)] == 2
     assert stats[("judge", "docs_out", "python", None)] == 3
+    rows = pq.read_table(table_dir(tmp_path / "out" / "judge", "stats") / "00000.parquet").to_pylist()
+    by_kind = {(r["metric"], r["kind"]): r["value"] for r in rows if r["metric"] in ("docs_in", "docs_passed")}
+    assert by_kind == {("docs_in", "file"): 2, ("docs_in", "issue"): 2, ("docs_passed", "issue"): 2}
     assert (summary["docs_in"], summary["docs_out"], summary["docs_removed"]) == (4, 3, 1)
 
 

@@ -372,10 +372,18 @@ def test_no_login_or_author_e_mail_in_any_output(private_run):
 
 def test_stats_and_report_show_the_kinds(private_run, capsys):
     assert main(["stats", str(private_run)]) == 0
-    line = capsys.readouterr().out.strip().splitlines()[-1]
+    printed = capsys.readouterr().out.strip().splitlines()
+    line = printed[-1]
     assert line.startswith("in the shards, by kind: issue ") and line.endswith(" tokens")
+    by_kind = {tuple(row.split()[:2]): row.split()[2:] for row in printed[printed.index("by kind of record:") + 2 :]
+               if row.split()[:1] in (["ingest"], ["pii"])}  # fmt: skip
+    assert by_kind[("ingest", "issue")] == ["8", "8", "0", "0"]
+    assert by_kind[("ingest", "pull_request")] == ["1", "1", "0", "0"]
+    assert by_kind[("pii", "pull_request")][0] == "1"
     summary = json.loads((private_run / "report" / "summary.json").read_text())
     assert [r["kind"] for r in summary["tokens_by_kind"]] == ["issue", "pull_request"]
+    assert {"stage": "ingest", "kind": "issue", "docs_in": 8, "docs_out": 8, "docs_removed": 0,
+            "docs_error": 0} in summary["kinds_by_stage"]  # fmt: skip
     assert ". Kinds of record</h2>" in (private_run / "report" / "index.html").read_text()
 
 
