@@ -13,6 +13,7 @@ A commit carries the licenses ScanCode finds in the license-like files at the ro
 `--history-opt-out` lists remove a repository, named `owner/name` by its last two folders, or an owner.
 """
 
+import dataclasses
 import difflib
 import hashlib
 import random
@@ -41,7 +42,7 @@ RULES = "filters/github/commits.yaml"
 
 @dataclass(frozen=True)
 class Change:
-    """One single-file commit, as `git log` lists it."""
+    """One single-file commit, as `git log` lists it; the lines it adds and deletes once its contents are read."""
 
     commit: str
     parent: str | None
@@ -50,6 +51,11 @@ class Change:
     path: str
     added: int
     deleted: int
+    old_blob: str | None = None  # the file's blob before and after (None: added, deleted)
+    new_blob: str | None = None
+
+
+_NO_BLOB = "0" * 40
 
 
 def load_rules(path: str = RULES) -> dict[str, Any]:
@@ -64,40 +70,58 @@ def _read(path: str, mtime: int) -> dict[str, Any]:  # read once per file and ve
 
 
 def changes(repo: str) -> Iterator[Change]:
-    """The repository's single-file commits, newest first (merges and renames left out)."""
-    listing = subprocess.run(
-        ["git", "-C", repo, "log", "--no-merges", "--no-renames", "-z", "--numstat",
-         "--format=%x1e%H%x1f%P%x1f%ct%x1f%s"],
-        capture_output=True, check=True,
-    ).stdout.decode("utf-8", "surrogateescape")  # fmt: skip
-    for chunk in listing.split("\x1e")[1:]:
+    """The repository's single-file commits, newest first (merges, renames, submodules and links left out),
+    with git's count of their lines (-1 for both where git cannot count them: see `_log`)."""
+    for chunk in _log(repo).split("\x1e")[1:]:
         header, _, files = chunk.partition("\0")
-        entries = [e for e in files.lstrip("\n").split("\0") if e]
-        if len(entries) != 1:
+        entries = files.lstrip("\n").split("\0")
+        # one file: (meta, path), then with --numstat `added\tdeleted\tpath`, then the chunk's end
+        if len(entries) not in (3, 4) or entries[-1] or (len(entries) == 4 and "\t" not in entries[2]):
             continue
-        added, deleted, path = entries[0].split("\t", 2)
-        if added == "-":  # a binary file
+        old_mode, new_mode, old_blob, new_blob, status = entries[0].lstrip(":").split()
+        if not {old_mode, new_mode} <= {"000000", "100644", "100755"} or status not in ("A", "M", "D"):
+            continue
+        added, deleted = entries[2].split("\t")[:2] if len(entries) == 4 else ("?", "?")
+        if added == "-":  # binary, by git's numstat
             continue
         commit, parents, time, subject = header.split("\x1f", 3)
         parent = parents.split()[0] if parents else None
-        yield Change(commit, parent, int(time), subject, path, int(added), int(deleted))
+        old, new = (None if blob == _NO_BLOB else blob for blob in (old_blob, new_blob))
+        counted = added.isdigit() and deleted.isdigit()
+        yield Change(commit, parent, int(time), subject, entries[1], int(added) if counted else -1,
+                     int(deleted) if counted else -1, old, new)  # fmt: skip
+
+
+def _log(repo: str) -> str:
+    """`git log` of the single-file changes: `--raw` (which names blobs) and `--numstat` (git counts the lines);
+    where some blob is missing git cannot count, and the log is read again with `--raw` alone, the lines then
+    counted here: a repository missing some objects still lists every commit, and only the commits whose blobs
+    are missing become errors."""
+    command = ["git", "-C", repo, "log", "--no-merges", "--no-renames", "-z", "--raw", "--no-abbrev",
+               "--format=%x1e%H%x1f%P%x1f%ct%x1f%s"]  # fmt: skip
+    for extra in (["--numstat"], []):
+        done = subprocess.run(command + extra, capture_output=True)
+        if done.returncode == 0:
+            return done.stdout.decode("utf-8", "surrogateescape")
+    said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    raise RuntimeError(f"git log failed: {said[-1] if said else f'exit status {done.returncode}'}")
 
 
 class _Blobs:
-    """Reads `<rev>:<path>` contents through one `git cat-file --batch` process."""
+    """Reads blobs by id through one `git cat-file --batch` process (by id, not `rev:path`: a path may hold any
+    character, the protocol is one name a line)."""
 
     def __init__(self, repo: str) -> None:
         self.proc = subprocess.Popen(["git", "-C", repo, "cat-file", "--batch"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE)  # fmt: skip
 
-    def read(self, rev: str | None, path: str) -> bytes | None:
-        if rev is None:
-            return None
+    def read(self, blob: str) -> bytes | None:
+        """The blob's bytes; None when the repository does not hold it."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"{rev}:{path}\n".encode("utf-8", "surrogateescape"))
+        self.proc.stdin.write(f"{blob}\n".encode())
         self.proc.stdin.flush()
         header = self.proc.stdout.readline().split()
-        if len(header) < 3 or header[1] == b"missing":
+        if len(header) != 3:  # `<id> missing`
             return None
         data = self.proc.stdout.read(int(header[2]))
         self.proc.stdout.read(1)  # the newline after the object
@@ -171,7 +195,7 @@ class GitHistory(Source):
     columns = (
         pa.field("lines_changed", pa.int32()),  # lines added and deleted by the commit
     )
-    error_reasons = frozenset({"unreadable_input"})
+    error_reasons = frozenset({"unreadable_input", "missing_blob"})
     reads_only_names = True  # a read of some names (license's scan) reads no history
 
     def plan(self, upstream: str | None) -> list[Shard]:
@@ -200,8 +224,7 @@ class GitHistory(Source):
         seen: set[str] = set()
         try:
             for change in changes(repo):
-                common = {"revision_id": change.commit, "committer_date": change.time * 1_000_000,
-                          "lines_changed": change.added + change.deleted}  # fmt: skip
+                common = {"revision_id": change.commit, "committer_date": change.time * 1_000_000}
                 if change.path in seen:
                     batch.add(change.path, reason="path_seen", detail="a newer commit of this path is kept", **common)
                 elif self._add(batch, blobs, change, rules, common, enry):
@@ -216,16 +239,26 @@ class GitHistory(Source):
     def _add(self, batch: RawBatch, blobs: _Blobs, change: Change, rules: dict[str, Any], common: dict[str, Any],
              enry: Any) -> bool:  # fmt: skip
         """Add the commit's record, kept or removed; whether it was kept."""
-        new_bytes = blobs.read(change.commit, change.path)
-        if new_bytes is None:  # deleted by the commit
+        if change.new_blob is None:  # deleted by the commit
             batch.add(change.path, reason="empty_after", detail="the file is deleted by the commit", **common)
             return False
-        old_bytes = blobs.read(change.parent, change.path) or b""
+        new_bytes = blobs.read(change.new_blob)
+        old_bytes = b"" if change.old_blob is None else blobs.read(change.old_blob)
+        if new_bytes is None or old_bytes is None:
+            missing = change.new_blob if new_bytes is None else change.old_blob
+            detail = f"commit {change.commit}: the repository does not hold blob {missing}"
+            batch.add(change.path, reason="missing_blob", detail=detail, blob_id=missing, **common)
+            return False
+        if b"\0" in new_bytes or b"\0" in old_bytes:  # binary: not a record, as git's numstat says `-`
+            return False
         try:
             old, new = old_bytes.decode("utf-8"), new_bytes.decode("utf-8")
         except UnicodeDecodeError:
             batch.add(change.path, reason="not_utf8", detail="the file before or after is not UTF-8", **common)
             return False
+        if change.added < 0:  # not counted by git (see _log)
+            change = dataclasses.replace(change, **dict(zip(("added", "deleted"), _counts(old, new), strict=True)))
+        common["lines_changed"] = change.added + change.deleted
         language = enry.get_language(change.path, new_bytes) or None
         kind = enry.get_language_type(language) if language else "unknown"
         rng = _chance(self.ingest.history_seed, change.commit, change.path)
@@ -235,6 +268,17 @@ class GitHistory(Source):
         text = render(change, old, new, rules, rng).encode("utf-8")
         batch.add(change.path, text, language=language, **common)
         return True
+
+
+def _counts(old: str, new: str) -> tuple[int, int]:
+    """Lines added and deleted from `old` to `new`, as git's numstat counts them."""
+    a, b = old.splitlines(), new.splitlines()
+    added = deleted = 0
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if op != "equal":
+            deleted += i2 - i1
+            added += j2 - j1
+    return added, deleted
 
 
 def _opted_out(repo: str, opt_out: tuple[frozenset[str], frozenset[str]]) -> str | None:

@@ -195,3 +195,22 @@ def test_commits_carry_their_repository_s_licenses_and_opted_out_repositories_gi
         (tmp_path / "optout.txt").write_text(line + "\n")
         kept, removed = ingest(tmp_path / line, repo, "--history-opt-out", str(tmp_path / "optout.txt"))
         assert kept == [] and [(r["path"], r["reason"]) for r in removed] == [("/", "opt_out")]
+
+
+def test_odd_paths_and_a_missing_blob_are_read_and_reported_one_commit_at_a_time(tmp_path):
+    repo = tmp_path / "acme" / "odd"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q")
+    odd = "src/a file\nwith a newline missing.py"  # spaces, a newline, and the word cat-file answers with
+    commit(repo, {odd: CODE, "src/b.py": CODE, "src/gone.py": CODE}, "Initial import")
+    kept_id = commit(repo, {odd: edited(CODE, 10, 4)}, "Square the value in the middle steps")
+    lost_id = commit(repo, {"src/gone.py": edited(CODE, 3, 4)}, "Square the first values of the gone module")
+    blob = git(repo, "rev-parse", f"{lost_id}:src/gone.py")
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # a repository that lost one object
+    out = tmp_path / "out"
+    assert main(["ingest", "--out", str(out), "--history", str(repo), "--runner", "local", "--no-progress"]) == 0
+    kept = read_all(out / "ingest").to_pylist()
+    errors = read_all(table_dir(out / "ingest", "errors")).to_pylist()
+    assert [(r["revision_id"], r["path"]) for r in kept] == [(kept_id, "/" + odd)]
+    assert [(r["path"], r["reason"], r["blob_id"]) for r in errors] == [("/src/gone.py", "missing_blob", blob)]
+    assert lost_id in errors[0]["detail"]
