@@ -1,6 +1,7 @@
 """Commits from the history of git repositories (`ingest --history REPO...`), as StarCoder's commits.
 
-For each repository (a working tree or a bare one), every commit that is not a merge and changes exactly
+For each repository (a working tree, a bare one, or an SWH vault git-bare bundle `swh_1_rev_<id>.git.tar`, whose
+bare repository holds the revision's whole history), every commit that is not a merge and changes exactly
 one file (added or modified) is a record of kind `commit`: the file before and after, and the subject line,
 rendered `<commit_before>{old}<commit_msg>{subject}<commit_after>{new}`: the whole files with p = 0.2, else the
 changed lines with 0-31 lines around them (seeded). StarCoder's filters, in filters/github/commits.yaml: the file
@@ -19,6 +20,7 @@ import hashlib
 import random
 import re
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -33,7 +35,8 @@ from stackcurate.core.contract import Shard
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.paths import rules_file
 from stackcurate.sources.base import RawBatch, Source
-from stackcurate.sources.gharchive.code import root_licenses
+from stackcurate.sources.gharchive.code import extract_bundle, root_licenses
+from stackcurate.sources.trees import swhid_from_name
 from stackcurate.stages.license import read_opt_out
 
 COMMIT = "commit"
@@ -195,14 +198,16 @@ class GitHistory(Source):
     columns = (
         pa.field("lines_changed", pa.int32()),  # lines added and deleted by the commit
     )
-    error_reasons = frozenset({"unreadable_input", "missing_blob"})
+    error_reasons = frozenset({"unreadable_input", "missing_blob", "corrupt_bundle"})
     reads_only_names = True  # a read of some names (license's scan) reads no history
 
     def plan(self, upstream: str | None) -> list[Shard]:
         # checked when planned, as the other sources' inputs are (a pipeline is checked before its inputs exist)
         for repo in self.ingest.history:
-            if not ((Path(repo) / ".git").exists() or (Path(repo) / "HEAD").is_file()):
-                raise StackcurateError(f"--history {repo} is not a git repository (no .git, no HEAD)")
+            is_bundle = repo.endswith(".git.tar") and Path(repo).is_file()
+            if not (is_bundle or (Path(repo) / ".git").exists() or (Path(repo) / "HEAD").is_file()):
+                raise StackcurateError(f"--history {repo} is not a git repository (no .git, no HEAD) nor a vault "
+                                       "git-bare bundle (.git.tar)")  # fmt: skip
         return [Shard(index=i, kind=self.name, path=r, source_index=i) for i, r in enumerate(self.ingest.history)]
 
     def read(self, shard: Shard) -> Iterator[pa.Table]:
@@ -211,13 +216,23 @@ class GitHistory(Source):
         import enry
 
         rules = load_rules(self.ingest.history_rules or RULES)
-        repo = shard.path
+        source = shard.path
+        name = swhid_from_name(source, "rev") or _repo_name(source.removesuffix(".tar"))
         batch = RawBatch(shard, "history", self.ingest.batch_rows, schema=self.raw_schema(),
-                         common={"repo_name": _repo_name(repo), "kind": COMMIT})  # fmt: skip
-        if self.ingest.history_opt_out and (why := _opted_out(repo, read_opt_out(self.ingest.history_opt_out))):
+                         common={"repo_name": name, "kind": COMMIT})  # fmt: skip
+        if self.ingest.history_opt_out and (why := _opted_out(source, read_opt_out(self.ingest.history_opt_out))):
             batch.add("", reason="opt_out", detail=why)  # one row for the repository: none of its commits is read
             yield batch.flush()
             return
+        with tempfile.TemporaryDirectory(prefix="history-bundle-", dir=self.ingest.tmp_dir) as tmp:
+            repo = extract_bundle(Path(source), tmp) if source.endswith(".git.tar") else source
+            if repo is None:
+                batch.add("", reason="corrupt_bundle", detail="not a vault git-bare bundle (no <name>.git/HEAD)")
+                yield batch.flush()
+                return
+            yield from self._commits(batch, repo, rules, enry)
+
+    def _commits(self, batch: RawBatch, repo: str, rules: dict[str, Any], enry: Any) -> Iterator[pa.Table]:
         head = _head(repo)
         batch.common["detected_licenses"] = root_licenses(_git_dir(repo), head) if head else []
         blobs = _Blobs(repo)

@@ -176,7 +176,11 @@ def test_a_rerun_gives_the_same_records(history, tmp_path):
 
 def test_a_folder_that_is_not_a_repository_is_one_line(tmp_path, capsys):
     assert main(["ingest", "--out", str(tmp_path / "o"), "--history", str(tmp_path), "--runner", "local"]) == 2
-    assert capsys.readouterr().err.strip().endswith("is not a git repository (no .git, no HEAD)")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("is not a git repository (no .git, no HEAD) nor a vault git-bare bundle (.git.tar)")
+    )
 
 
 def test_commits_carry_their_repository_s_licenses_and_opted_out_repositories_give_one_row(tmp_path):
@@ -214,3 +218,26 @@ def test_odd_paths_and_a_missing_blob_are_read_and_reported_one_commit_at_a_time
     assert [(r["revision_id"], r["path"]) for r in kept] == [(kept_id, "/" + odd)]
     assert [(r["path"], r["reason"], r["blob_id"]) for r in errors] == [("/src/gone.py", "missing_blob", blob)]
     assert lost_id in errors[0]["detail"]
+
+
+def test_a_vault_git_bare_bundle_gives_the_commits_of_its_repository(history, tmp_path):
+    import tarfile
+
+    repo, ids = history
+    head = ids["newest"]
+    bare = tmp_path / "bare" / f"swh:1:rev:{head}.git"
+    git(tmp_path, "clone", "-q", "--bare", "--no-local", str(repo), str(bare))
+    bundle = tmp_path / f"swh_1_rev_{head}.git.tar"
+    with tarfile.open(bundle, "w") as tar:
+        tar.add(bare, arcname=bare.name)
+    from_repo, _ = ingest(tmp_path / "repo", repo)
+    from_bundle, removed = ingest(tmp_path / "bundle", bundle)
+    assert [(r["revision_id"], r["content"]) for r in from_bundle] == [
+        (r["revision_id"], r["content"]) for r in from_repo
+    ]
+    assert {r["repo_name"] for r in from_bundle + removed} == {f"swh:1:rev:{head}"}
+    (tmp_path / "broken.git.tar").write_bytes(b"not a tar")
+    out = tmp_path / "broken"
+    assert main(["ingest", "--out", str(out), "--history", str(tmp_path / "broken.git.tar"), "--runner", "local",
+                 "--no-progress"]) == 0  # fmt: skip
+    assert [r["reason"] for r in read_all(table_dir(out / "ingest", "errors")).to_pylist()] == ["corrupt_bundle"]

@@ -72,18 +72,9 @@ class Repositories:
         return dirs
 
     def _extract(self, bundle: Path) -> str | None:
-        """The bare repository of a vault git-bare bundle, extracted; None when the bundle is not one (its
-        pull requests are then not found in it)."""
         target = tempfile.mkdtemp(prefix="pr-bundle-", dir=self.tmp_dir)
         self.extracted.append(target)
-        try:
-            with tarfile.open(bundle) as tar:
-                members = [m for m in tar.getmembers() if member_problem(m) is None]
-                tar.extractall(target, members=members, filter="data")
-        except (OSError, tarfile.TarError):
-            return None
-        found = [p.parent for p in Path(target).glob("*.git/HEAD")]
-        return str(found[0]) if found else None
+        return extract_bundle(bundle, target)
 
     def files(self, repo: str, base: str, heads: list[str]) -> dict[str, list[Change]] | None:
         """For each head, the files it modifies against the base; None when no repository holds the base and
@@ -102,6 +93,19 @@ class Repositories:
         for folder in self.extracted:
             shutil.rmtree(folder, ignore_errors=True)
         self.extracted.clear()
+
+
+def extract_bundle(bundle: Path, target: str) -> str | None:
+    """The bare repository of a vault git-bare bundle, extracted under `target` (member by member, each checked);
+    None when the bundle is not one."""
+    try:
+        with tarfile.open(bundle) as tar:
+            members = [m for m in tar.getmembers() if member_problem(m) is None]
+            tar.extractall(target, members=members, filter="data")
+    except (OSError, tarfile.TarError):
+        return None
+    found = [p.parent for p in Path(target).glob("*.git/HEAD")]
+    return str(found[0]) if found else None
 
 
 def _has(git_dir: str, rev: str) -> bool:
