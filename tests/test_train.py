@@ -293,6 +293,7 @@ def test_train_help_describes_the_command_and_its_required_flags(capsys):
 
 
 @pytest.mark.ray
+@pytest.mark.timeout(300)  # ~50 s on a quiet machine: two Ray Train workers on two cores
 def test_ray_train_with_two_workers_matches_one_process(shards, tmp_path, ray_local):
     one = loop.train(_cfg(shards, tmp_path / "one", steps=4, micro_batch=8, grad_accum=1), progress=False)
     two = loop.train_on_ray(
