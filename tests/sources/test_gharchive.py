@@ -261,7 +261,8 @@ PLANTED = {  # where each login sits in GH Archive's events
     "qzprauthor": "a pull request's author (payload.pull_request.user)",
     "qzreviewer": "a review's author (payload.review.user), thanked in the code the pull request changes",
     "qzmerger": "who merged the pull request (the closing event's actor)",
-    "qz committer": "the name of the author and committer of the pull request's commits (git metadata)",
+    "qzvoqrec": "a review comment's author (payload.comment.user), named in its diff hunk's code",
+    "qz committer": "the name of the author and committer of the pull request's and the history's commits",
 }
 EMAILS = ("qzreplier@example.org", "qzopener.work@example.com", "qzcommitter@example.org")
 
@@ -300,6 +301,15 @@ def private_run(tmp_path_factory) -> Path:
     )
     git_as(repo, env, "commit", "-q", "-am", "keep the last record (qzreviewer's report)")
     base, head = git_as(repo, env, "rev-parse", "HEAD~1", "HEAD").split()
+    history = root / "hist" / "acme" / "lib"  # commits by the same person: only git's metadata names them
+    history.mkdir(parents=True)
+    code = "".join(f"def step_{i}(value):\n    return value + {i}\n\n" for i in range(12))
+    git_as(history, env, "init", "-q")
+    (history / "steps.py").write_text(code)
+    git_as(history, env, "add", "-A")
+    git_as(history, env, "commit", "-q", "-m", "Add the steps of the nightly export")
+    (history / "steps.py").write_text(code.replace("value + 3", "value * 3").replace("value + 5", "value * 5"))
+    git_as(history, env, "commit", "-q", "-am", "Multiply in the third and fifth steps of the export")
     pr = {"number": 99, "title": "Fix loader", "body": prose, "user": {"login": "qzprauthor", "type": "User"},
           "state": "open", "merged": False, "base": {"ref": "main", "sha": base},
           "head": {"ref": "fix", "sha": head}}  # fmt: skip
@@ -309,17 +319,32 @@ def private_run(tmp_path_factory) -> Path:
         event(999, "PullRequestEvent", "qzprauthor", {"action": "opened", "number": 99, "pull_request": pr}, 1)
     )
     hours[2].append(event(1000, "PullRequestReviewEvent", "qzreviewer", approve, 2))
+    line = {
+        "action": "created",
+        "pull_request": pr,
+        "comment": {
+            "id": 2,
+            "user": {"login": "qzvoqrec"},
+            "body": "Should this keep the last line, @qzprauthor?",
+            "path": "loader.py",
+            "original_position": 2,
+            "pull_request_review_id": 1,
+            "in_reply_to_id": None,
+            "diff_hunk": "@@ -1,2 +1,2 @@\n def load(lines):\n-    return lines[:-1]\n+    return lines  # qzvoqrec",
+        },
+    }
+    hours[2].append(event(1002, "PullRequestReviewCommentEvent", "qzvoqrec", line, 2))  # fmt: skip
     merged = {"action": "closed", "number": 99, "pull_request": {**pr, "merged": True}}
     hours[3].append(event(1001, "PullRequestEvent", "qzmerger", merged, 3))
     write_hours(root / "gha", hours)
     text = "\n".join(gzip.decompress(p.read_bytes()).decode() for p in sorted((root / "gha").iterdir()))
     assert all(login in text for login in list(PLANTED)[:-1]) and all(e in text for e in EMAILS[:2])  # can fail
-    assert "Qz Committer" in git_as(repo, env, "log") and EMAILS[2] in git_as(repo, env, "log")
+    assert "Qz Committer" in git_as(history, env, "log") and EMAILS[2] in git_as(history, env, "log")
     pipeline = root / "pipeline.yaml"
     pipeline.write_text(
         f"out: {root / 'out'}\nstages:\n"
         f"  ingest: {{gharchive: ['{root / 'gha'}/*.json.gz'], gharchive_code: ['{root / 'code'}'], "
-        "gharchive_seed: 1, keep: true}\n"
+        f"gharchive_seed: 1, history: ['{history}'], keep: true}}\n"
         "  dedup: {}\n"
         "  pii: {model: none, redact: [EMAIL, IP_ADDRESS, KEY, PASSWORD, NAME, USERNAME]}\n"
         "  format: {fim_rate: 0.0}\n"
@@ -351,10 +376,11 @@ def test_no_login_or_author_e_mail_in_any_output(private_run):
     from tokenizers import Tokenizer
 
     ingested = read_all(private_run / "ingest").to_pylist()
-    assert sorted(r["kind"] for r in ingested) == ["issue"] * 8 + ["pull_request"]
-    assert all("username_0" in r["content"] for r in ingested)
+    assert sorted(r["kind"] for r in ingested) == ["commit"] + ["issue"] * 8 + ["pull_request"]
+    assert all("username_0" in r["content"] for r in ingested if r["kind"] != "commit")
     (pr,) = [r["content"] for r in ingested if r["kind"] == "pull_request"]
     assert "+    return lines  # thanks to username_1" in pr and "<pr_review>username_1: Approving" in pr
+    assert "<pr_comment>username_2: Should this keep the last line, @username_0?" in pr
     everything = _strings_under(private_run)  # every stage, before and after pii, stats and configs included
     tokenizer = Tokenizer.from_file(str(private_run / "tokenizer" / "tokenizer.json"))
     manifest = json.loads((private_run / "megatron" / "manifest.json").read_text())
@@ -363,7 +389,7 @@ def test_no_login_or_author_e_mail_in_any_output(private_run):
     vocabulary = [tokenizer.decode([i]) for i in range(tokenizer.get_vocab_size())]
     # the threads are alike: dedup keeps one or a few
     assert len(decoded) == read_all(private_run / "pii").num_rows >= 1
-    assert all(d.startswith(("<issue_start>", "<pr>")) for d in decoded)
+    assert all(d.startswith(("<issue_start>", "<pr>", "<commit_before>")) for d in decoded)
     for where, text in (("outputs", everything), ("shards", "\n".join(decoded))):
         leaks = [x for x in [*PLANTED, *EMAILS] if x in text.lower()]
         assert leaks == [], f"{where}: {[(x, PLANTED.get(x, 'an author e-mail')) for x in leaks]}"
@@ -381,7 +407,7 @@ def test_stats_and_report_show_the_kinds(private_run, capsys):
     assert by_kind[("ingest", "pull_request")] == ["1", "1", "0", "0"]
     assert by_kind[("pii", "pull_request")][0] == "1"
     summary = json.loads((private_run / "report" / "summary.json").read_text())
-    assert [r["kind"] for r in summary["tokens_by_kind"]] == ["issue", "pull_request"]
+    assert sorted(r["kind"] for r in summary["tokens_by_kind"]) == ["commit", "issue", "pull_request"]
     assert {"stage": "ingest", "kind": "issue", "docs_in": 8, "docs_out": 8, "docs_removed": 0,
             "docs_error": 0} in summary["kinds_by_stage"]  # fmt: skip
     assert ". Kinds of record</h2>" in (private_run / "report" / "index.html").read_text()
