@@ -369,3 +369,66 @@ def _renumbered(e: dict, number: int) -> dict:
             payload[key]["number"] = number
     payload.pop("number", None)
     return e
+
+
+# From a Software Heritage graph export (--gharchive-graph): the same code as git gives
+
+
+@pytest.fixture(scope="module")
+def graph_export(tmp_path_factory) -> tuple[Path, str, str]:
+    """The miniature export (stages/graph/mini.py) and its fork case: a clone of stdlib/email plus one commit
+    changing one file, as a pull request's base and head."""
+    from stackcurate.stages.graph import mini
+
+    root = tmp_path_factory.mktemp("graph_export")
+    manifest = mini.build(root, mini.default_sources())
+    commits = {o["url"]: o["commit"] for o in manifest["origins"]}
+    return root, commits["https://github.com/stdlib/email"], commits["https://github.com/forker/email"]
+
+
+def _on(repo: str, hours: dict[int, list]) -> dict[int, list]:
+    for events in hours.values():
+        for e in events:
+            e["repo"]["name"] = repo
+    return hours
+
+
+def test_a_pull_request_s_code_from_a_graph_export_is_what_git_gives(tmp_path, graph_export):
+    root, base, head = graph_export
+    write_hours(tmp_path / "gha", _on("stdlib/email", reviewed(base, head)))
+    (tmp_path / "code" / "stdlib").mkdir(parents=True)
+    (tmp_path / "code" / "stdlib" / "email").symlink_to(root / "repos" / "forker-email")  # holds both commits
+    from_git, _ = run(tmp_path)
+    argv = ["ingest", "--out", str(tmp_path / "graph"), "--gharchive", str(tmp_path / "gha" / "*.json.gz"),
+            "--gharchive-graph", str(root), "--content", str(root), "--runner", "local", "--no-progress",
+            "--gharchive-partition-mb", "0.0001"]  # fmt: skip
+    assert main(argv) == 0
+    from_graph = read_all(tmp_path / "graph" / "ingest").to_pylist()
+    assert [r["content"] for r in from_graph] == [r["content"] for r in from_git] and len(from_graph) == 1
+    assert "<pr_diff><pr_file>email/__init__.py<pr_diff_hunk>" in from_graph[0]["content"]
+    assert not (tmp_path / "graph" / "_state" / "ingest_gharchive").exists()  # the walk goes with the split
+
+
+def test_a_pull_request_whose_revisions_the_export_lacks_is_removed_with_that_reason(tmp_path, graph_export):
+    root, base, _ = graph_export
+    write_hours(tmp_path / "gha", _on("stdlib/email", reviewed(base, "f" * 40)))
+    argv = [
+        "ingest",
+        "--out",
+        str(tmp_path / "out"),
+        "--gharchive",
+        str(tmp_path / "gha" / "*.json.gz"),
+        "--gharchive-graph",
+        str(root),
+        "--content",
+        str(root),
+        "--runner",
+        "local",
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    (removed,) = read_all(table_dir(tmp_path / "out" / "ingest", "removed")).to_pylist()
+    assert (removed["reason"], removed["detail"]) == (
+        "pr_code_not_found",
+        "no repository of --gharchive-code nor the graph export holds its base and head revisions",
+    )

@@ -171,13 +171,13 @@ def test_a_directory_shared_by_two_origins_is_read_once_in_a_round(tmp_path):
     shared, sub = "a" * 40, "b" * 40
     entries = pa.table({"directory_id": [shared, shared], "name": [b"x.py", b"lib"], "type": ["file", "dir"],
                         "target": ["c" * 40, sub], "perms": [0o100644, 0o40000]}, schema=w.ENTRIES)  # fmt: skip
-    w._write(walk, "entries_by_dir", 0, entries, np.zeros(2, dtype=np.int64))
+    w.write_parts(walk, "entries_by_dir", 0, entries, np.zeros(2, dtype=np.int64))
     w.sort_entries_task(walk, 0)
     frontier = pa.table({"okey": [1, 2], "dir_id": [shared, shared], "prefix": [b"", b""]}, schema=w.FRONTIER)
-    w._write(walk, "level-0", 0, frontier, np.zeros(2, dtype=np.int64))
+    w.write_parts(walk, "level-0", 0, frontier, np.zeros(2, dtype=np.int64))
     assert w.level_task(walk, 0, 0) == {"frontier": 2, "directories": 1, "next": 2, "files": 2,
                                         "missing_directories": 0}  # fmt: skip
-    below = w._read(walk, "level-1", 0, w.FRONTIER).to_pylist()
+    below = w.read_part(walk, "level-1", 0, w.FRONTIER).to_pylist()
     assert sorted((r["okey"], r["dir_id"], r["prefix"]) for r in below) == [(1, sub, b"/lib"), (2, sub, b"/lib")]
 
 

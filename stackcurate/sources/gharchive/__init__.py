@@ -29,9 +29,10 @@ import pyarrow.parquet as pq
 
 from stackcurate.core import io, shuffle
 from stackcurate.core.contract import Shard, StageContext
+from stackcurate.core.errors import StackcurateError
 from stackcurate.core.layout import StageDir
 from stackcurate.sources.base import RawBatch, Source, expand_inputs
-from stackcurate.sources.gharchive import pulls, threads
+from stackcurate.sources.gharchive import graph_code, pulls, threads
 from stackcurate.sources.gharchive.code import Repositories
 from stackcurate.sources.gharchive.events import URL_SCHEMES, split_task, url_size
 from stackcurate.stages.license import read_opt_out
@@ -99,6 +100,10 @@ class GHArchive(Source):
             phases.run("count", _count_task, [(cfg.gharchive_events, p, counts) for p in range(partitions)], bar=False)
             phases.run("total", _total_task, [(counts,)], bar=False)
             cfg = dataclasses.replace(cfg, gharchive_pr_counts=io.join(counts, TOTAL))
+        if cfg.gharchive_graph is not None and cfg.gharchive_walk is None:
+            if cfg.content is None:
+                raise StackcurateError("--gharchive-graph reads the blobs from the content store: pass --content")
+            cfg = dataclasses.replace(cfg, gharchive_walk=graph_code.run(cfg, ctx, phases, partitions))
         return cfg
 
     def finish(self, cfg: "IngestConfig", ctx: StageContext) -> None:
@@ -120,11 +125,16 @@ class GHArchive(Source):
             return
         rules = threads.load_rules(self.ingest.gharchive_rules or threads.RULES)
         opt_out = read_opt_out(self.ingest.gharchive_opt_out) if self.ingest.gharchive_opt_out else None
-        prs = _PullRequests(self.ingest, rules, _counts(self.ingest.gharchive_pr_counts, table))
+        graph = None
+        if self.ingest.gharchive_walk is not None:
+            graph = graph_code.GraphCode(self.ingest, self.ingest.gharchive_walk, shard.start, shard.stop)
+        prs = _PullRequests(self.ingest, rules, _counts(self.ingest.gharchive_pr_counts, table), graph)
         try:
             yield from self._read(batch, table, rules, opt_out, prs)
         finally:
             prs.code.close()
+            if graph is not None:
+                graph.close()
 
     def _read(
         self, batch: RawBatch, table: pa.Table, rules: threads.Rules, opt_out: OptOut | None, prs: "_PullRequests"
@@ -190,6 +200,7 @@ class _PullRequests:
     ingest: "IngestConfig"
     bot_rules: threads.Rules
     counts: dict[str, int] | None
+    graph: "graph_code.GraphCode | None" = None
     rules: dict[str, Any] = dataclasses.field(init=False)
     code: Repositories = dataclasses.field(init=False)
 
@@ -200,7 +211,7 @@ class _PullRequests:
     def clean(self, repo: str, number: int, events: list[dict[str, Any]]) -> pulls.Result:
         pr = pulls.build(repo, number, events)
         count = None if self.counts is None else self.counts.get(repo, 1)
-        return pulls.clean(pr, self.rules, self.bot_rules, self.code, count, self.ingest.gharchive_seed)
+        return pulls.clean(pr, self.rules, self.bot_rules, self.code, count, self.ingest.gharchive_seed, self.graph)
 
 
 def _threads(table: pa.Table) -> Iterator[tuple[str, list[dict[str, Any]]]]:

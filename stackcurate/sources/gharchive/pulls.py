@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -45,6 +45,9 @@ from stackcurate.core import tokens as tk
 from stackcurate.core.paths import rules_file
 from stackcurate.sources.gharchive import threads
 from stackcurate.sources.gharchive.code import Change, Repositories
+
+if TYPE_CHECKING:
+    from stackcurate.sources.gharchive.graph_code import GraphCode
 
 RULES = "filters/github/pull_requests.yaml"
 _HTML_COMMENT = re.compile(r"<!--.*?(-->|$)", re.DOTALL)
@@ -462,16 +465,23 @@ def render(pr: PullRequest, changes: dict[str, list[Change]], rules: dict[str, A
 
 
 def clean(pr: PullRequest, rules: dict[str, Any], bot_rules: threads.Rules, code: Repositories,
-          count: int | None, seed: int) -> Result:  # fmt: skip
-    """Every step of the module docstring."""
+          count: int | None, seed: int, graph: "GraphCode | None" = None) -> Result:  # fmt: skip
+    """Every step of the module docstring: the code from the git repositories, else from the graph export."""
     if verdict := judge(pr, rules, bot_rules, count, seed):
         return Result(None, *verdict)
     base = pr.bases[0] if pr.bases else None
     if base is None or not pr.heads:
         return Result(None, "pr_code_not_found", "GH Archive names no base or head revision")
+    thread = f"{pr.repo}#{pr.number}"
     changes = code.files(pr.repo, base, pr.heads)
+    if changes is None and graph is not None:
+        changes = graph.files(thread, pr.heads)
+        if changes is not None:
+            result = render(pr, changes, rules, bot_rules, seed)
+            return result if result.text is None else replace(result, licenses=graph.licenses(thread))
     if changes is None:
         where = "no repository of --gharchive-code" if code.git_dirs(pr.repo) == [] else "no repository found"
+        where += " nor the graph export" if graph is not None else ""
         return Result(None, "pr_code_not_found", f"{where} holds its base and head revisions")
     result = render(pr, changes, rules, bot_rules, seed)
     if result.text is None:

@@ -96,7 +96,7 @@ class GraphConfig:
             raise ValueError("max_depth must be positive and partitions not negative")
 
 
-def _tables(export: str) -> dict[str, list[str]]:
+def export_tables(export: str) -> dict[str, list[str]]:
     """The ORC files of each table of the export (a table may have none)."""
     fs, root = io.filesystem(export)
     if io.exists(fs, io.join(root, "orc")):
@@ -113,7 +113,7 @@ def plan(cfg: GraphConfig) -> list[Shard]:
     """One shard per output partition (the origins, by a hash of their URL)."""
     if not cfg.export:
         raise StackcurateError("graph needs --export, the folder or s3:// URI of an SWH graph export")
-    tables = _tables(cfg.export)
+    tables = export_tables(cfg.export)
     for needed in ("origin_visit_status", "snapshot_branch", "revision", "directory_entry", "content"):
         if not tables[needed]:
             raise StackcurateError(f"{cfg.export} has no {needed} table (orc/{needed}/*.orc); is it an SWH export?")
@@ -137,7 +137,7 @@ def run_walk(cfg: GraphConfig, ctx: StageContext) -> GraphConfig:
     if cfg.walk is not None:
         return cfg
     assert cfg.export is not None
-    tables = _tables(cfg.export)
+    tables = export_tables(cfg.export)
     partitions = len(ctx.shards)
     settings = {
         "export": cfg.export,

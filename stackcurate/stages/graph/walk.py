@@ -67,7 +67,7 @@ class Walk:
         return io.join(self.work, *parts)
 
 
-def _hex_part(values: list[str | None], partitions: int) -> np.ndarray:
+def hex_part(values: list[str | None], partitions: int) -> np.ndarray:
     """Partition of each hex id (its first 15 digits, uniform for SHA-1)."""
     return np.array([int(v[:15], 16) % partitions if v else 0 for v in values], dtype=np.int64)
 
@@ -77,16 +77,16 @@ def origin_key(url: str) -> int:
     return int.from_bytes(hashlib.sha1(url.encode()).digest()[:8], "big") >> 1
 
 
-def _key_part(keys: np.ndarray, partitions: int) -> np.ndarray:
+def key_part(keys: np.ndarray, partitions: int) -> np.ndarray:
     return (keys % partitions).astype(np.int64)
 
 
-def _write(walk: Walk, folder: str, writer: int, table: pa.Table, parts: np.ndarray) -> None:
+def write_parts(walk: Walk, folder: str, writer: int, table: pa.Table, parts: np.ndarray) -> None:
     fs, root = io.filesystem(walk.path(folder))
     shuffle.write_partitioned(fs, root, writer, table, parts, walk.partitions)
 
 
-def _read(walk: Walk, folder: str, part: int, schema: pa.Schema) -> pa.Table:
+def read_part(walk: Walk, folder: str, part: int, schema: pa.Schema) -> pa.Table:
     fs, root = io.filesystem(walk.path(folder))
     if not io.exists(fs, root):
         return schema.empty_table()
@@ -128,13 +128,13 @@ def visits_task(walk: Walk, uri: str, writer: int) -> dict[str, Any]:
         kept.append(t.filter(pa.array(keep, pa.bool_())).select(VISITS.names).cast(VISITS))
     table = pa.concat_tables(kept) if kept else VISITS.empty_table()
     keys = np.array([origin_key(u) for u in table.column("origin").to_pylist()], dtype=np.int64)
-    _write(walk, "visits", writer, table, _key_part(keys, walk.partitions))
+    write_parts(walk, "visits", writer, table, key_part(keys, walk.partitions))
     return {"rows": table.num_rows, "error": error, "file": uri, "opted_out": sorted(opted_out)}
 
 
 def latest_task(walk: Walk, part: int) -> dict[str, Any]:
     """Each origin's latest full visit (ties: the higher visit number), by snapshot."""
-    visits = _read(walk, "visits", part, VISITS)
+    visits = read_part(walk, "visits", part, VISITS)
     best: dict[str, tuple[Any, int, str]] = {}
     for origin, visit, date, snapshot in zip(*(visits.column(c).to_pylist() for c in VISITS.names), strict=True):
         if origin not in best or (date, visit) > best[origin][:2]:
@@ -143,7 +143,7 @@ def latest_task(walk: Walk, part: int) -> dict[str, Any]:
     table = pa.table({"okey": [origin_key(o) for o in origins], "origin": origins,
                       "visit_date": [best[o][0] for o in origins], "snapshot_id": [best[o][2] for o in origins]},
                      schema=HEADS)  # fmt: skip
-    _write(walk, "heads", part, table, _hex_part(table.column("snapshot_id").to_pylist(), walk.partitions))
+    write_parts(walk, "heads", part, table, hex_part(table.column("snapshot_id").to_pylist(), walk.partitions))
     return {"origins": len(origins)}
 
 
@@ -157,15 +157,15 @@ def branches_task(walk: Walk, uri: str, writer: int) -> dict[str, Any]:
         keep = [n in wanted or n.startswith((b"refs/heads/", b"refs/tags/")) for n in names]
         kept.append(t.filter(pa.array(keep, pa.bool_())).cast(BRANCHES))
     table = pa.concat_tables(kept) if kept else BRANCHES.empty_table()
-    _write(walk, "branches", writer, table, _hex_part(table.column("snapshot_id").to_pylist(), walk.partitions))
+    write_parts(walk, "branches", writer, table, hex_part(table.column("snapshot_id").to_pylist(), walk.partitions))
     return {"rows": table.num_rows, "error": error, "file": uri}
 
 
 def resolve_task(walk: Walk, part: int) -> dict[str, Any]:
     """Each origin's branch: the first of `branches` present (an alias followed to the branch it names), to a
     release or a revision. Origins whose branch leads elsewhere (or nowhere) are counted, not walked."""
-    heads = _read(walk, "heads", part, HEADS)
-    branches = _read(walk, "branches", part, BRANCHES)
+    heads = read_part(walk, "heads", part, HEADS)
+    branches = read_part(walk, "branches", part, BRANCHES)
     by_snapshot: dict[str, dict[bytes, tuple[str, str]]] = {}
     for snap, name, target, kind in zip(*(branches.column(c).to_pylist() for c in BRANCHES.names), strict=True):
         by_snapshot.setdefault(snap, {})[name] = (target, kind)
@@ -187,9 +187,9 @@ def resolve_task(walk: Walk, part: int) -> dict[str, Any]:
     for kind, rows in found.items():
         table = pa.table({"okey": [r[0] for r in rows], "branch_name": [r[1] for r in rows],
                           "target": [r[2] for r in rows]}, schema=TARGETS)  # fmt: skip
-        _write(walk, f"need_{kind}", part, table, _hex_part(table.column("target").to_pylist(), walk.partitions))
+        write_parts(walk, f"need_{kind}", part, table, hex_part(table.column("target").to_pylist(), walk.partitions))
     # the heads again, by origin: the origins' own columns join the files at the end
-    _write(walk, "origin_heads", part, heads, _key_part(heads.column("okey").to_numpy(), walk.partitions))
+    write_parts(walk, "origin_heads", part, heads, key_part(heads.column("okey").to_numpy(), walk.partitions))
     return {"releases": len(found["release"]), "revisions": len(found["revision"]), "unresolved": unresolved}
 
 
@@ -198,21 +198,21 @@ def by_id_task(walk: Walk, table_name: str, uri: str, writer: int) -> dict[str, 
     schema = RELEASES if table_name == "release" else REVISIONS
     tables, error = _scan(uri, schema.names)
     table = pa.concat_tables([t.cast(schema) for t in tables]) if tables else schema.empty_table()
-    _write(walk, f"{table_name}s", writer, table, _hex_part(table.column("id").to_pylist(), walk.partitions))
+    write_parts(walk, f"{table_name}s", writer, table, hex_part(table.column("id").to_pylist(), walk.partitions))
     return {"rows": table.num_rows, "error": error, "file": uri}
 
 
 def releases_task(walk: Walk, part: int) -> dict[str, Any]:
     """Releases followed to their revision (a release of something else is counted, not walked)."""
-    need = _read(walk, "need_release", part, TARGETS)
-    releases = _read(walk, "releases", part, RELEASES)
+    need = read_part(walk, "need_release", part, TARGETS)
+    releases = read_part(walk, "releases", part, RELEASES)
     target = {i: (t, k) for i, t, k in zip(*(releases.column(c).to_pylist() for c in RELEASES.names), strict=True)}
     rows = [(o, b, target[t][0]) for o, b, t in zip(*(need.column(c).to_pylist() for c in TARGETS.names), strict=True)
             if t in target and target[t][1] == "revision"]  # fmt: skip
     table = pa.table({"okey": [r[0] for r in rows], "branch_name": [r[1] for r in rows],
                       "target": [r[2] for r in rows]}, schema=TARGETS)  # fmt: skip
     # writers after resolve_task's, in the same folder
-    _write(walk, "need_revision", walk.partitions + part, table, _hex_part([r[2] for r in rows], walk.partitions))
+    write_parts(walk, "need_revision", walk.partitions + part, table, hex_part([r[2] for r in rows], walk.partitions))
     return {"followed": len(rows), "unresolved": need.num_rows - len(rows)}
 
 
@@ -223,8 +223,8 @@ def roots_task(walk: Walk, part: int) -> dict[str, Any]:
     `okey` (`read_annotated`), as `revision_id` does: the frontier and the file rows of the depth rounds stay
     (origin, directory, path) and (origin, path, content), with no root id per row to carry through every
     round and shuffle."""
-    need = _read(walk, "need_revision", part, TARGETS)
-    revisions = _read(walk, "revisions", part, REVISIONS)
+    need = read_part(walk, "need_revision", part, TARGETS)
+    revisions = read_part(walk, "revisions", part, REVISIONS)
     rev = {r[0]: r[1:] for r in zip(*(revisions.column(c).to_pylist() for c in REVISIONS.names), strict=True)}
     frontier, origins = [], []
     for okey, branch, target in zip(*(need.column(c).to_pylist() for c in TARGETS.names), strict=True):
@@ -234,11 +234,11 @@ def roots_task(walk: Walk, part: int) -> dict[str, Any]:
         frontier.append((okey, directory, b""))
         origins.append((okey, branch, target, directory, date, committer_date))
     table = pa.table({n: [f[i] for f in frontier] for i, n in enumerate(FRONTIER.names)}, schema=FRONTIER)
-    _write(walk, "level-0", part, table, _hex_part(table.column("dir_id").to_pylist(), walk.partitions))
+    write_parts(walk, "level-0", part, table, hex_part(table.column("dir_id").to_pylist(), walk.partitions))
     names = list(REVISION_OF_ORIGIN)
     found = pa.table({n: [o[i] for o in origins] for i, n in enumerate(names)},
                      schema=pa.schema([ORIGINS.field(n) for n in names]))  # fmt: skip
-    _write(walk, "origin_revisions", part, found, _key_part(found.column("okey").to_numpy(), walk.partitions))
+    write_parts(walk, "origin_revisions", part, found, key_part(found.column("okey").to_numpy(), walk.partitions))
     return {"roots": len(frontier), "missing_revisions": need.num_rows - len(frontier)}
 
 
@@ -249,14 +249,15 @@ def entries_task(walk: Walk, uri: str, writer: int) -> dict[str, Any]:
     """A `directory_entry` ORC file, by directory."""
     tables, error = _scan(uri, ENTRIES.names)
     table = pa.concat_tables([t.cast(ENTRIES) for t in tables]) if tables else ENTRIES.empty_table()
-    _write(walk, "entries_by_dir", writer, table, _hex_part(table.column("directory_id").to_pylist(), walk.partitions))
+    parts = hex_part(table.column("directory_id").to_pylist(), walk.partitions)
+    write_parts(walk, "entries_by_dir", writer, table, parts)
     return {"rows": table.num_rows, "error": error, "file": uri}
 
 
 def sort_entries_task(walk: Walk, part: int) -> dict[str, Any]:
     """One partition of the entries sorted by directory, in small row groups: a round of the walk then reads
     only the row groups whose directory range holds one of its directories."""
-    table = _read(walk, "entries_by_dir", part, ENTRIES)
+    table = read_part(walk, "entries_by_dir", part, ENTRIES)
     table = table.sort_by([("directory_id", "ascending"), ("name", "ascending")])
     fs, root = io.filesystem(walk.path("entries"))
     fs.create_dir(root, recursive=True)
@@ -267,7 +268,7 @@ def sort_entries_task(walk: Walk, part: int) -> dict[str, Any]:
     return {"rows": table.num_rows}
 
 
-def _entries_of(walk: Walk, part: int, dirs: list[str]) -> pa.Table:
+def entries_of(walk: Walk, part: int, dirs: list[str]) -> pa.Table:
     """The entries of `dirs` (sorted) from partition `part`, reading only the row groups that may hold them."""
     fs, path = io.filesystem(walk.path("entries", f"{part:05d}.parquet"))
     if not io.exists(fs, path):
@@ -293,13 +294,13 @@ def level_task(walk: Walk, depth: int, part: int) -> dict[str, Any]:
     """One round of the walk for one partition: each directory of the frontier is read once, however many
     origins (forks) reach it, and its entries go to every (origin, path) that holds it: files by content id,
     subdirectories to the next round, submodules, symlinks and what lies deeper than `max_depth` as removed."""
-    frontier = _read(walk, f"level-{depth}", part, FRONTIER)
+    frontier = read_part(walk, f"level-{depth}", part, FRONTIER)
     if frontier.num_rows == 0:
         return {"frontier": 0, "directories": 0, "next": 0, "files": 0, "missing_directories": 0}
     holders: dict[str, list[tuple[int, bytes]]] = {}
     for okey, dir_id, prefix in zip(*(frontier.column(c).to_pylist() for c in FRONTIER.names), strict=True):
         holders.setdefault(dir_id, []).append((okey, prefix))
-    entries = _entries_of(walk, part, sorted(holders))
+    entries = entries_of(walk, part, sorted(holders))
     files: list[tuple[int, bytes, str | None, str | None, str | None]] = []
     below: list[tuple[int, str, bytes]] = []
     columns = (entries.column(c).to_pylist() for c in ENTRIES.names)
@@ -320,7 +321,7 @@ def level_task(walk: Walk, depth: int, part: int) -> dict[str, Any]:
     _write_files(walk, depth, part, files)
     table = pa.table({"okey": [b[0] for b in below], "dir_id": [b[1] for b in below],
                       "prefix": [b[2] for b in below]}, schema=FRONTIER)  # fmt: skip
-    _write(walk, f"level-{depth + 1}", part, table, _hex_part(table.column("dir_id").to_pylist(), walk.partitions))
+    write_parts(walk, f"level-{depth + 1}", part, table, hex_part(table.column("dir_id").to_pylist(), walk.partitions))
     missing = len(set(holders) - set(entries.column("directory_id").to_pylist()))
     return {"frontier": frontier.num_rows, "directories": len(holders), "next": len(below), "files": len(files),
             "missing_directories": missing}  # fmt: skip
@@ -331,9 +332,9 @@ def _write_files(walk: Walk, depth: int, part: int, rows: list[tuple[Any, ...]])
     table = pa.table({n: [r[i] for r in rows] for i, n in enumerate(FILES.names)}, schema=FILES)
     content = table.column("content_id").to_pylist()
     # by content id (the next join); removed rows with no content go with the rest of their origin's
-    parts = _hex_part([c or f"{k:015x}" for c, k in zip(content, table.column("okey").to_pylist(), strict=True)],
+    parts = hex_part([c or f"{k:015x}" for c, k in zip(content, table.column("okey").to_pylist(), strict=True)],
                       walk.partitions)  # fmt: skip
-    _write(walk, "files", depth * walk.partitions + part, table, parts)
+    write_parts(walk, "files", depth * walk.partitions + part, table, parts)
 
 
 # ---- contents, and the files of each origin ----------------------------------------------------------------
@@ -355,15 +356,17 @@ def contents_task(walk: Walk, table_name: str, uri: str, writer: int) -> dict[st
         }, schema=CONTENTS))  # fmt: skip
     table = pa.concat_tables(parts) if parts else CONTENTS.empty_table()
     folder = "skipped" if skipped else "contents"
-    _write(walk, folder, writer, table, _hex_part(table.column("sha1_git").to_pylist(), walk.partitions))
+    write_parts(walk, folder, writer, table, hex_part(table.column("sha1_git").to_pylist(), walk.partitions))
     return {"rows": table.num_rows, "error": error, "file": uri}
 
 
 def annotate_task(walk: Walk, part: int) -> dict[str, Any]:
     """Each file with its content's sha1 and length, or why it has no bytes (skipped, hidden, not in the
     export's content table), by origin."""
-    files = _read(walk, "files", part, FILES)
-    contents = pa.concat_tables([_read(walk, "contents", part, CONTENTS), _read(walk, "skipped", part, CONTENTS)])
+    files = read_part(walk, "files", part, FILES)
+    contents = pa.concat_tables(
+        [read_part(walk, "contents", part, CONTENTS), read_part(walk, "skipped", part, CONTENTS)]
+    )
     known = contents.rename_columns(["content_id", "blob_id", "length_bytes", "status", "skipped"])
     known = known.append_column("known", pa.array(np.ones(known.num_rows, dtype=bool)))
     # An Arrow join, not a dict of the partition: the content table is the export's largest after its entries.
@@ -383,14 +386,14 @@ def annotate_task(walk: Walk, part: int) -> dict[str, Any]:
     table = files.set_column(files.schema.get_field_index("reason"), "reason", pa.array(reason, pa.string()))
     table = table.set_column(table.schema.get_field_index("detail"), "detail", pa.array(detail, pa.string()))
     table = table.select(ANNOTATED.names).cast(ANNOTATED)
-    _write(walk, "annotated", part, table, _key_part(table.column("okey").to_numpy(), walk.partitions))
+    write_parts(walk, "annotated", part, table, key_part(table.column("okey").to_numpy(), walk.partitions))
     return {"files": table.num_rows}
 
 
 def read_annotated(walk: Walk, part: int) -> tuple[pa.Table, pa.Table]:
     """The files of the origins of partition `part`, and those origins' own columns."""
-    files = _read(walk, "annotated", part, ANNOTATED)
-    heads = _read(walk, "origin_heads", part, HEADS)
-    revisions = _read(walk, "origin_revisions", part, pa.schema([ORIGINS.field(n) for n in REVISION_OF_ORIGIN]))
+    files = read_part(walk, "annotated", part, ANNOTATED)
+    heads = read_part(walk, "origin_heads", part, HEADS)
+    revisions = read_part(walk, "origin_revisions", part, pa.schema([ORIGINS.field(n) for n in REVISION_OF_ORIGIN]))
     origins = heads.join(revisions, "okey", join_type="inner").select(ORIGINS.names).cast(ORIGINS)
     return files, origins

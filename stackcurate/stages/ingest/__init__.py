@@ -103,6 +103,13 @@ class IngestConfig:
         "filters/github/pull_requests.yaml)", path=True,
     )  # fmt: skip
     gharchive_seed: int = option(0, "seed of the pull requests' sampling and rendering")
+    gharchive_graph: str | None = option(
+        None, "an SWH graph export (folder or s3://) whose revisions give the pull requests no --gharchive-code "
+        "repository holds; their blobs are read from --content", path=True,
+    )  # fmt: skip
+    gharchive_walk: str | None = option(
+        None, "the graph export's diff walk of the pull requests to read (default: walked by this run)", path=True
+    )
     gharchive_pr_counts: str | None = option(
         None, "the pull requests per repository of the input (default: counted by this run)", path=True
     )
