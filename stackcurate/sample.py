@@ -10,7 +10,7 @@ way Software Heritage serves them, so the whole pipeline runs with no download:
     OUT/vault/swh_1_rev_<id>.git.tar  a git-bare vault bundle (the same package, committed)
     OUT/graph/orc/<table>/*.orc       a miniature SWH graph export of git repositories made from a few stdlib
                                       packages, with its content store (`stackcurate graph` walks it;
-                                      stages/graph/mini.py)
+                                      stages/graph/mini.py), linked into OUT/content too
     OUT/gharchive/*.json.gz           a small GH Archive, in its exact event schema: issues made from the
                                       entries of IDLE's NEWS.txt, pull requests from the commits of the history
                                       below (sources/gharchive/sample.py)
@@ -162,6 +162,19 @@ def build_sample(out: str | Path, *, max_bytes: int = 20_000_000, max_files: int
     issues = gharchive.write_sample(out / "gharchive")
     history = _write_history(out / "history")
     pulls = gharchive.write_pulls(out / "gharchive", Path(history)) if history else 0
+    fork = next(o for o in graph["origins"] if "fork" in o["cases"])
+    upstream_url = graph["cases"]["fork"]["details"][fork["url"]]["forked_from"]
+    upstream = next(o for o in graph["origins"] if o["url"] == upstream_url)
+    pulls += gharchive.write_graph_pull(
+        out / "gharchive",
+        upstream_url.removeprefix("https://github.com/"),
+        upstream["commit"],
+        fork["commit"],
+        "Patch the package's __init__ in the fork",
+    )
+    for blob in (out / "graph" / "content").iterdir():  # one content store for the metadata and the export
+        if not (out / "content" / blob.name).exists():
+            os.link(blob, out / "content" / blob.name)
     return SampleInfo(files=len(rows), bytes=total, repos=len({r["repo_name"] for r in rows}), bundles=bundles,
                       graph_origins=len(graph["origins"]), issues=issues, history=history,
                       pulls=pulls)  # fmt: skip

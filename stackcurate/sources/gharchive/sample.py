@@ -12,6 +12,8 @@ Pull requests come from a git repository's history (`write_pulls`: the sample's 
 checkout): each commit with a message body is a pull request of `stackcurate/stackcurate` whose base is its
 parent and head the commit, titled by its subject and described by its body, approved and merged, so that
 `--gharchive-code` finds its code in that clone. The logins are made here; the text and code are the commits'.
+One more pull request, of the miniature graph export's fork (`write_graph_pull`), has its code only in that
+export, for `--gharchive-graph`; its description is made here.
 """
 
 import gzip
@@ -104,31 +106,45 @@ def _commits(git_dir: Path, limit: int) -> list[tuple[str, str, str, str]]:
 def write_pulls(folder: Path, git_dir: Path, limit: int = 12) -> int:
     """Write the hourly files of pull requests made from `git_dir`'s commits (module docstring); returns their
     number."""
+    return _write_pulls(folder, _commits(git_dir, limit), PULLS_REPO, "2023-06-02", 1000)
+
+
+GRAPH_PULL_TEXT = ("A fork's one commit, as a pull request to its upstream: Software Heritage archived both, and "
+                   "its code comes from the graph export.")  # fmt: skip
+
+
+def write_graph_pull(folder: Path, repo: str, base: str, head: str, subject: str) -> int:
+    """Write the hourly files of one pull request of `repo` whose revisions only the graph export holds (the
+    miniature export's fork: its upstream's revision and the fork's); returns 1."""
+    return _write_pulls(folder, [(base, head, subject, GRAPH_PULL_TEXT)], repo, "2023-06-03", 1)
+
+
+def _write_pulls(folder: Path, commits: list[tuple[str, str, str, str]], repo: str, day: str, first: int) -> int:
     hours: dict[int, list[dict[str, Any]]] = {}
-    commits = _commits(git_dir, limit)
     for i, (base, head, subject, body) in enumerate(commits):
-        number = 1000 + i
+        number = first + i
         pr = {"id": 3_000_000 + number, "number": number, "title": subject, "body": body, "state": "open",
               "merged": False, "user": {"login": "sc-author", "id": 3, "type": "User"},
-              "base": {"ref": "main", "sha": base, "repo": {"full_name": PULLS_REPO}},
-              "head": {"ref": f"change-{number}", "sha": head, "repo": {"full_name": PULLS_REPO}},
-              "html_url": f"https://github.com/{PULLS_REPO}/pull/{number}"}  # fmt: skip
+              "base": {"ref": "main", "sha": base, "repo": {"full_name": repo}},
+              "head": {"ref": f"change-{number}", "sha": head, "repo": {"full_name": repo}},
+              "html_url": f"https://github.com/{repo}/pull/{number}"}  # fmt: skip
         review = {"id": 4_000_000 + number, "user": {"login": "sc-reviewer", "id": 4, "type": "User"}, "body": "",
                   "state": "approved", "commit_id": head}  # fmt: skip
         merged = {**pr, "state": "closed", "merged": True}
         hour = i % 4
         events = [
-            _event(900 + 3 * i, "PullRequestEvent", "sc-author", {"action": "opened", "number": number,
-                                                                  "pull_request": pr}, hour, PULLS_REPO),
-            _event(901 + 3 * i, "PullRequestReviewEvent", "sc-reviewer", {"action": "created", "pull_request": pr,
-                                                                          "review": review}, hour + 1, PULLS_REPO),
-            _event(902 + 3 * i, "PullRequestEvent", "sc-reviewer", {"action": "closed", "number": number,
-                                                                    "pull_request": merged}, hour + 2, PULLS_REPO),
+            _event(900 + 3 * number, "PullRequestEvent", "sc-author", {"action": "opened", "number": number,
+                                                                       "pull_request": pr}, hour, repo),
+            _event(901 + 3 * number, "PullRequestReviewEvent", "sc-reviewer", {"action": "created",
+                                                                               "pull_request": pr, "review": review},
+                   hour + 1, repo),
+            _event(902 + 3 * number, "PullRequestEvent", "sc-reviewer", {"action": "closed", "number": number,
+                                                                         "pull_request": merged}, hour + 2, repo),
         ]  # fmt: skip
         for e in events:
             hours.setdefault(int(e["created_at"][11:13]), []).append(e)
     folder.mkdir(parents=True, exist_ok=True)
     for hour, found in sorted(hours.items()):
         lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in found)
-        (folder / f"2023-06-02-{hour}.json.gz").write_bytes(gzip.compress(lines.encode(), mtime=0))
+        (folder / f"{day}-{hour}.json.gz").write_bytes(gzip.compress(lines.encode(), mtime=0))
     return len(commits)
