@@ -81,11 +81,16 @@ def write_sample(folder: Path, news: Path | None = None) -> int:
         events.append(_event(3 * i + 2, "IssuesEvent", "idle-news", closed, hour + 2, repo))
         for e in events:
             hours.setdefault(int(e["created_at"][11:13]), []).append(e)
+    _write_hours(folder, "2023-06-01", hours)
+    return len(found)
+
+
+def _write_hours(folder: Path, day: str, hours: dict[int, list[dict[str, Any]]]) -> None:
+    """One GH Archive file per hour of `day`, its events in the order given."""
     folder.mkdir(parents=True, exist_ok=True)
     for hour, events in sorted(hours.items()):
         lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in events)
-        (folder / f"2023-06-01-{hour}.json.gz").write_bytes(gzip.compress(lines.encode(), mtime=0))
-    return len(found)
+        (folder / f"{day}-{hour}.json.gz").write_bytes(gzip.compress(lines.encode(), mtime=0))
 
 
 PULLS_REPO = "stackcurate/stackcurate"
@@ -143,8 +148,5 @@ def _write_pulls(folder: Path, commits: list[tuple[str, str, str, str]], repo: s
         ]  # fmt: skip
         for e in events:
             hours.setdefault(int(e["created_at"][11:13]), []).append(e)
-    folder.mkdir(parents=True, exist_ok=True)
-    for hour, found in sorted(hours.items()):
-        lines = "".join(json.dumps(e, sort_keys=True) + "\n" for e in found)
-        (folder / f"{day}-{hour}.json.gz").write_bytes(gzip.compress(lines.encode(), mtime=0))
+    _write_hours(folder, day, hours)
     return len(commits)
