@@ -432,3 +432,48 @@ def test_a_pull_request_whose_revisions_the_export_lacks_is_removed_with_that_re
         "pr_code_not_found",
         "no repository of --gharchive-code nor the graph export holds its base and head revisions",
     )
+
+
+def test_a_run_killed_in_the_split_or_the_shards_resumes_to_the_same_records(tmp_path, monkeypatch):
+    import stackcurate.sources.gharchive as gharchive
+
+    base, head = repository(tmp_path)
+    hours = reviewed(base, head)
+    for n in range(6, 10):  # more pull requests, over more hourly files and partitions
+        hours.setdefault(10 + n, []).append(pr_event(10 * n, "opened", "fay", base, head, 10 + n, number=n,
+                                                     title=f"Make step {n} better"))  # fmt: skip
+    write_hours(tmp_path / "gha", hours)
+    clean = run(tmp_path, "--gharchive-partition-mb", "0.0001")
+    split, calls = gharchive.split_task, []
+
+    def dies_on_the_third_file(*args):
+        calls.append(args[0])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return split(*args)
+
+    monkeypatch.setattr(gharchive, "split_task", dies_on_the_third_file)
+    flags = ["ingest", "--out", str(tmp_path / "crash"), "--gharchive", str(tmp_path / "gha" / "*.json.gz"),
+             "--runner", "local", "--no-progress", "--gharchive-code", str(tmp_path / "code"),
+             "--gharchive-partition-mb", "0.0001"]  # fmt: skip
+    assert main(flags) == 130  # interrupted, as by Ctrl-C
+    calls.clear()
+    monkeypatch.setattr(gharchive, "split_task", lambda *args: calls.append(args[0]) or split(*args))
+    clean_pr = pulls.clean
+
+    def dies_on_the_second_pull_request(*args, **kwargs):
+        calls.append("pr")
+        if calls.count("pr") == 2:
+            raise KeyboardInterrupt
+        return clean_pr(*args, **kwargs)
+
+    monkeypatch.setattr(pulls, "clean", dies_on_the_second_pull_request)
+    assert main(flags) == 130
+    assert calls.count("pr") == 2 and len([c for c in calls if c != "pr"]) == len(hours) - 2  # split resumed
+    monkeypatch.setattr(pulls, "clean", clean_pr)
+    assert main(flags) == 0
+    stage = tmp_path / "crash" / "ingest"
+    resumed = read_all(stage).to_pylist(), read_all(table_dir(stage, "removed")).to_pylist()
+    for a, b in zip(clean, resumed, strict=True):
+        assert sorted((r["path"], r["content"], r.get("reason")) for r in a) == sorted(
+            (r["path"], r["content"], r.get("reason")) for r in b)  # fmt: skip
