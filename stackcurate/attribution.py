@@ -1,0 +1,249 @@
+"""Attribution: which training file a piece of text copies, exactly, on the token stream the model trained on.
+
+`build(out)` writes an index of a run's Megatron shards into `<out>/index` (or another folder): one part per
+shard, each a suffix array of the shard's token stream, so any span of tokens that the shards hold is found
+with its every occurrence; and a table of each token range's file (the repository documents of format are cut
+at their `<file_sep>` tokens, each piece a file of `doc_ids`), with the file's repository, path, SWHID or URL,
+and licenses from the rows format read. `Index(folder).attribute(text)` tokenizes a text with the run's
+tokenizer and returns its maximal spans of at least `min_tokens` tokens that occur in the shards, longest
+first, each with its sources.
+
+Why a suffix array over bytes: libdivsufsort (`pydivsufsort`, MIT) builds one in C and searches it in
+microseconds, but over bytes; the shard's `.bin` is the token stream as bytes already, so the array is built on
+them, and of the matches it finds only those where a token starts count (a match at any other byte would
+straddle two tokens).
+A hit is then an exact copy of the tokens, never a hash collision (Data Portraits' Bloom filter has both false
+positives and a 50-character floor). infini-gram does the same over token ids; its package forbids commercial
+use, so this is written here.
+
+The index is resumable and incremental: a part is written once per shard (its `.bin`'s SHA-256 in its
+`part.json`), and a rebuild after a run added shards writes only the new parts.
+"""
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from stackcurate.core import megatron
+from stackcurate.core import tokens as tk
+from stackcurate.core.errors import StackcurateError
+from stackcurate.core.layout import StageDir
+
+FORMAT = "stackcurate-attribution-index"
+VERSION = 1
+MIN_TOKENS = 16  # about Data Portraits' 50 characters of code
+MAX_OCCURRENCES = 1000  # occurrences of one span looked up for its sources (the count is exact beyond)
+SEGMENTS = pa.schema([("start", pa.int64()), ("end", pa.int64()), ("file_id", pa.int64()), ("doc_id", pa.int64())])
+FILE_COLUMNS = ("repo_name", "path", "swhid", "origin", "kind", "license_type", "detected_licenses")
+
+
+def default_folder(out: str | Path) -> Path:
+    return Path(out) / "index"
+
+
+def build(out: str | Path, folder: str | Path | None = None, min_tokens: int = MIN_TOKENS) -> dict[str, Any]:
+    """Index the run `out` into `folder` (default `<out>/index`); returns the index's description."""
+    out = Path(out)
+    folder = Path(folder) if folder is not None else default_folder(out)
+    manifest_path = out / "megatron" / "manifest.json"
+    if not manifest_path.is_file():
+        raise StackcurateError(f"{out} has no Megatron shards (megatron/manifest.json); run tokenize first")
+    manifest = json.loads(manifest_path.read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = Path(manifest["tokenizer"]) / "tokenizer.json"
+    if not tokenizer.is_file():
+        tokenizer = out / "tokenizer" / "tokenizer.json"
+    shutil.copyfile(tokenizer, folder / "tokenizer.json")
+    documents = _documents(out)
+    files = _files(out, documents)
+    pq.write_table(files, folder / "files.parquet")
+    placement = pq.read_table(out / "megatron" / "documents").to_pandas().sort_values(["shard", "position"])
+    file_sep = manifest["special_tokens"][tk.FILE_SEP]
+    parts = []
+    for number, shard in enumerate(manifest["shards"]):
+        doc_ids = placement.loc[placement["shard"] == number, "doc_id"].tolist()
+        parts.append(_part(out / "megatron" / shard["shard"], folder / f"part-{number:05d}", shard["bin_sha256"],
+                           doc_ids, documents, file_sep))  # fmt: skip
+    info = {"format": FORMAT, "version": VERSION, "run": str(out.resolve()), "min_tokens": min_tokens,
+            "eod_id": manifest["eod_id"], "parts": parts, "tokens": sum(p["tokens"] for p in parts),
+            "files": files.num_rows}  # fmt: skip
+    (folder / "index.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+def _documents(out: Path) -> dict[int, list[int]]:
+    """Each formatted document's files (`doc_ids`, in text order)."""
+    found: dict[int, list[int]] = {}
+    for path in sorted((out / "format").glob("*.parquet")):
+        table = pq.read_table(path, columns=["doc_id", "doc_ids"])
+        for doc_id, members in zip(table.column("doc_id").to_pylist(), table.column("doc_ids").to_pylist(),
+                                   strict=True):  # fmt: skip
+            found[doc_id] = members or [doc_id]
+    if not found:
+        raise StackcurateError(f"{out} has no format output to name the shards' documents; run format first")
+    return found
+
+
+def _files(out: Path, documents: dict[int, list[int]]) -> pa.Table:
+    """The sources of every file of the formatted documents, from the rows format read (its input stage)."""
+    wanted = {f for members in documents.values() for f in members}
+    source = StageDir(str(out), "format").completion().get("input")
+    rows: dict[int, dict[str, Any]] = {}
+    folder = out / source if source else None
+    for path in sorted(folder.glob("*.parquet")) if folder and folder.is_dir() else []:
+        schema = pq.read_schema(path)
+        columns = ["doc_id", *(c for c in FILE_COLUMNS if c in schema.names)]
+        for row in pq.read_table(path, columns=columns).to_pylist():
+            if row["doc_id"] in wanted:
+                rows[row["doc_id"]] = row
+    ordered = [{"doc_id": f, **{c: rows.get(f, {}).get(c) for c in FILE_COLUMNS}} for f in sorted(wanted)]
+    schema = pa.schema([("doc_id", pa.int64()), ("repo_name", pa.string()), ("path", pa.string()),
+                        ("swhid", pa.string()), ("origin", pa.string()), ("kind", pa.string()),
+                        ("license_type", pa.string()), ("detected_licenses", pa.list_(pa.string()))])  # fmt: skip
+    return pa.Table.from_pylist(ordered, schema=schema)
+
+
+def _part(prefix: Path, folder: Path, sha256: str, doc_ids: list[int], documents: dict[int, list[int]],
+          file_sep: int) -> dict[str, Any]:  # fmt: skip
+    """One shard's part: its suffix array and the file of each token range (skipped when already built)."""
+    done = folder / "part.json"
+    if done.is_file() and json.loads(done.read_text()).get("bin_sha256") == sha256:
+        return json.loads(done.read_text())
+    dtype, lengths, _ = megatron.read_index(Path(f"{prefix}.idx").read_bytes(), f"{prefix}.idx")
+    data = np.fromfile(f"{prefix}.bin", dtype=np.uint8)
+    tokens = data.view(dtype.newbyteorder("<"))
+    starts = (np.cumsum(lengths) - lengths).astype(np.int64)
+    seps = np.flatnonzero(tokens == file_sep)
+    segments: list[tuple[int, int, int, int]] = []
+    for start, length, doc_id in zip(starts.tolist(), lengths.tolist(), doc_ids, strict=True):
+        members = documents.get(doc_id, [doc_id])
+        inside = seps[(seps >= start) & (seps < start + length)].tolist()
+        if len(members) > 1 and len(inside) == len(members):  # a repository: each file from its `<file_sep>`
+            bounds = [start, *inside[1:], start + length]
+            segments += [(bounds[i], bounds[i + 1], members[i], doc_id) for i in range(len(members))]
+        else:
+            segments.append((start, start + length, members[0], doc_id))
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.table({n: [s[i] for s in segments] for i, n in enumerate(SEGMENTS.names)}, schema=SEGMENTS)
+    pq.write_table(table, folder / "segments.parquet")
+    from pydivsufsort import divsufsort
+
+    np.save(folder / "sa.npy", divsufsort(data))
+    info = {"shard": prefix.name, "bin": str(prefix) + ".bin", "bin_sha256": sha256, "dtype": dtype.name,
+            "tokens": int(tokens.size), "sequences": int(lengths.size)}  # fmt: skip
+    done.write_text(json.dumps(info))
+    return info
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a copied span comes from: the file, and the span in it (token offsets in that file's piece)."""
+
+    doc_id: int
+    repo_name: str | None
+    path: str | None
+    swhid: str | None
+    origin: str | None
+    kind: str | None
+    license_type: str | None
+    detected_licenses: list[str] | None
+
+
+@dataclass
+class Span:
+    """A span of the text that occurs in the shards: character offsets in the text, its tokens, its sources."""
+
+    start: int
+    end: int
+    tokens: int
+    text: str
+    occurrences: int  # in the shards (a document trained on twice counts twice)
+    documents: int  # distinct files among the occurrences looked up (at most MAX_OCCURRENCES)
+    sources: list[Source] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Part:
+    def __init__(self, folder: Path, info: dict[str, Any]) -> None:
+        self.data = np.fromfile(info["bin"], dtype=np.uint8)
+        self.width = np.dtype(info["dtype"]).itemsize
+        self.dtype = np.dtype(info["dtype"]).newbyteorder("<")
+        self.sa = np.load(folder / "sa.npy")
+        segments = pq.read_table(folder / "segments.parquet")
+        self.starts = segments.column("start").to_numpy()
+        self.files = segments.column("file_id").to_numpy()
+
+    def find(self, ids: np.ndarray) -> np.ndarray:
+        """The token offsets where the token sequence `ids` occurs."""
+        from pydivsufsort import sa_search
+
+        pattern = np.ascontiguousarray(ids.astype(self.dtype)).view(np.uint8).copy()
+        count, left = sa_search(self.data, self.sa, pattern)
+        if not count:
+            return np.empty(0, dtype=np.int64)
+        found = self.sa[left : left + count]
+        return found[found % self.width == 0] // self.width  # where a token starts
+
+    def files_at(self, positions: np.ndarray) -> list[int]:
+        return self.files[np.searchsorted(self.starts, positions[:MAX_OCCURRENCES], side="right") - 1].tolist()
+
+
+class Index:
+    """An attribution index (see the module docstring), loaded to answer queries."""
+
+    def __init__(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        info_path = folder / "index.json"
+        if not info_path.is_file():
+            raise StackcurateError(f"{folder} is not an attribution index (no index.json); build one with "
+                                   "`stackcurate index OUT`")  # fmt: skip
+        self.info = json.loads(info_path.read_text())
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.parts = [_Part(folder / f"part-{i:05d}", p) for i, p in enumerate(self.info["parts"])]
+        files = pq.read_table(folder / "files.parquet").to_pylist()
+        self.sources = {r["doc_id"]: Source(**r) for r in files}
+        self.min_tokens = int(self.info["min_tokens"])
+
+    def count(self, ids: np.ndarray) -> int:
+        return sum(part.find(ids).size for part in self.parts)
+
+    def attribute(self, text: str, min_tokens: int | None = None) -> list[Span]:
+        """The maximal spans of `text` of at least `min_tokens` tokens that occur in the shards, longest first."""
+        least = min_tokens or self.min_tokens
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        ids, offsets = np.array(encoding.ids, dtype=np.int64), encoding.offsets
+        found: list[tuple[int, int]] = []
+        end = 0  # the end of the last span found: a span is kept only if it reaches past it
+        for i in range(len(ids) - least + 1):
+            shortest = max(least, end - i + 1)
+            if i + shortest > len(ids) or not self.count(ids[i : i + shortest]):
+                continue
+            low, high = shortest, len(ids) - i  # the longest match from i: it occurs at `low` tokens
+            while low < high:
+                middle = (low + high + 1) // 2
+                low, high = (middle, high) if self.count(ids[i : i + middle]) else (low, middle - 1)
+            found.append((i, i + low))
+            end = i + low
+        spans = [self._span(text, ids, offsets, a, b) for a, b in found]
+        return sorted(spans, key=lambda s: (-s.tokens, s.start))
+
+    def _span(self, text: str, ids: np.ndarray, offsets: list[tuple[int, int]], a: int, b: int) -> Span:
+        occurrences, files = 0, []
+        for part in self.parts:
+            positions = part.find(ids[a:b])
+            occurrences += positions.size
+            files += part.files_at(positions)
+        distinct = sorted(set(files))
+        start, end = offsets[a][0], offsets[b - 1][1]
+        return Span(start, end, b - a, text[start:end], occurrences, len(distinct),
+                    [self.sources.get(f) or Source(f, *([None] * 7)) for f in distinct[:10]])  # fmt: skip

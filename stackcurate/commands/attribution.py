@@ -1,0 +1,82 @@
+"""`stackcurate index` and `stackcurate attribute`: which training file a text copies (stackcurate/attribution.py)."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+INDEX = """\
+Build the attribution index of a run: a suffix array of each Megatron shard's tokens and the file of every token
+range (repository, path, SWHID or URL, licenses), in OUT/index (or --index DIR). A rerun after the run added
+shards indexes only the new ones.
+
+example:
+  stackcurate index work/demo
+  stackcurate attribute work/demo/index --file completion.txt
+"""
+
+ATTRIBUTE = """\
+The spans of a text that the run's shards hold, of at least --min-tokens tokens, longest first, each with the
+files it comes from (repository, path, SWHID or URL, license) and how often the shards hold it.
+
+examples:
+  stackcurate attribute work/demo/index --file completion.txt
+  echo 'def parse_args(argv):' | stackcurate attribute work/demo/index --file - --json
+"""
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("index", help="build a run's attribution index (which training file a text copies)",
+                       description=INDEX, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("out", help="output folder of a run whose tokenize stage has finished")
+    p.add_argument("--index", default=None, help="folder of the index (default: OUT/index)")
+    p.add_argument("--min-tokens", type=int, default=None, help="shortest span reported by default (16)")
+    p.set_defaults(handler=_cmd_index)
+
+    p = sub.add_parser("attribute", help="the spans of a text copied from a run's training files",
+                       description=ATTRIBUTE, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("index", help="an attribution index (OUT/index)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--text", help="the text")
+    source.add_argument("--file", help="a file holding the text (- for standard input)")
+    p.add_argument("--min-tokens", type=int, default=None, help="shortest span (default: the index's)")
+    p.add_argument("--json", action="store_true", help="print JSON (spans with their sources) for tools")
+    p.set_defaults(handler=_cmd_attribute)
+
+
+def _cmd_index(args: argparse.Namespace) -> None:
+    from stackcurate import attribution
+
+    least = args.min_tokens or attribution.MIN_TOKENS
+    info = attribution.build(args.out, args.index, least)
+    folder = args.index or attribution.default_folder(args.out)
+    print(f"index: {len(info['parts'])} parts, {info['tokens']:,} tokens, {info['files']:,} files in {folder}")
+
+
+def _cmd_attribute(args: argparse.Namespace) -> None:
+    from stackcurate.attribution import Index
+    from stackcurate.core.errors import StackcurateError
+
+    if args.file is None:
+        text = args.text
+    elif args.file == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            text = Path(args.file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StackcurateError(f"cannot read {args.file} as UTF-8 text: {exc}") from None
+    spans = Index(args.index).attribute(text, args.min_tokens)
+    if args.json:
+        print(json.dumps({"spans": [s.to_dict() for s in spans]}, indent=1))
+        return
+    if not spans:
+        print("no span of the text is in the training set")
+        return
+    for s in spans:
+        where = s.sources[0]
+        name = where.swhid or where.origin or ""
+        print(f"chars {s.start}-{s.end} ({s.tokens} tokens, {s.occurrences} in the shards, {s.documents} files): "
+              f"{where.repo_name} {where.path} {name} [{where.license_type or 'license unknown'}]")  # fmt: skip
+        print("    " + s.text[:100].replace("\n", "\\n") + ("..." if len(s.text) > 100 else ""))

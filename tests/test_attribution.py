@@ -1,0 +1,135 @@
+"""The attribution index (stackcurate/attribution.py): exact matches against a brute-force scan of the shards,
+maximal spans, the file and repository of each hit, and the CLI."""
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from megatron_reader import read as read_megatron
+
+from stackcurate import attribution
+from stackcurate.cli import main
+
+WORDS = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "theta", "kappa", "lambda", "zeta", "rho", "tau"]
+
+
+def _module(rng: random.Random, name: str) -> str:
+    """Python-looking code of random identifiers: each file its own, with some lines shared between files."""
+    lines = [f"# module {name}"]
+    for i in range(rng.randint(8, 20)):
+        a, b, c = (rng.choice(WORDS) + str(rng.randint(0, 99)) for _ in range(3))
+        lines.append(f"def {a}_{i}({b}, {c}):\n    return {b} * {rng.randint(2, 9)} + {c}\n")
+    lines.append("def shared_helper(value):\n    return value.strip().lower()\n")  # in every file
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A run over two repositories of random modules, to Megatron shards, and its index."""
+    root = tmp_path_factory.mktemp("attribution")
+    rng = random.Random(7)
+    files = {}
+    repos = ("acme", "zenith", "orbit", "quartz", "nimbus", "vertex")
+    for repo in repos:
+        for n in range(4):
+            path = root / "repos" / repo / "pkg" / f"mod_{n}.py"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            files[f"{repo}/pkg/mod_{n}.py"] = text = _module(rng, f"{repo}{n}")
+            path.write_text(text)
+    pipeline = root / "p.yaml"
+    pipeline.write_text(
+        f"out: {root / 'out'}\nstages:\n"
+        f"  ingest: {{repos: {[str(root / 'repos' / r) for r in repos]}}}\n"
+        "  format: {fim_rate: 0.0}\n"
+        "  tokenize: {vocab_size: 400, shard_mb: 0.004}\n"
+    )
+    assert main(["run", str(pipeline), "--runner", "local", "--no-progress"]) == 0
+    assert main(["index", str(root / "out")]) == 0
+    return root / "out", files
+
+
+def _brute(shards: list[np.ndarray], pattern: np.ndarray) -> int:
+    n = len(pattern)
+    return sum(int((np.lib.stride_tricks.sliding_window_view(s, n) == pattern).all(axis=1).sum())
+               for s in shards if len(s) >= n)  # fmt: skip
+
+
+def test_counts_equal_a_brute_force_scan_of_the_shards(run):
+    out, _ = run
+    manifest = json.loads((out / "megatron" / "manifest.json").read_text())
+    assert sum(s["documents"] > 0 for s in manifest["shards"]) >= 2  # several parts answer
+    shards = [out / "megatron" / s["shard"] for s in manifest["shards"] if s["documents"]]
+    streams = [np.concatenate(read_megatron(shard)).astype(np.int64) for shard in shards]
+    index = attribution.Index(out / "index")
+    rng = np.random.default_rng(0)
+    checked = 0
+    for _ in range(300):
+        stream = streams[rng.integers(len(streams))]
+        length = int(rng.integers(1, 40))
+        start = int(rng.integers(0, len(stream) - length))
+        pattern = stream[start : start + length].copy()
+        if rng.random() < 0.3:  # a sequence that may not occur at all
+            pattern[rng.integers(length)] = rng.integers(0, 400)
+        assert index.count(pattern) == _brute(streams, pattern), pattern
+        checked += index.count(pattern) > 1
+    assert checked > 20  # repeated sequences were among those checked, not only unique ones
+
+
+def test_a_copied_file_span_is_found_with_its_file_and_repository(run):
+    out, files = run
+    index = attribution.Index(out / "index")
+    text = files["zenith/pkg/mod_3.py"]
+    copied = text[40:700]
+    generation = "x = compute()\nprint('not from the training set, just around it')\n" + copied + "\n# end\n"
+    spans = index.attribute(generation)
+    longest = spans[0]
+    # all of the copy but its edges, where a cut identifier tokenizes differently than in the file
+    assert longest.tokens >= 100 and copied[20:-20] in longest.text
+    assert generation.index(longest.text) == longest.start and generation[longest.start : longest.end] == longest.text
+    assert (longest.sources[0].repo_name, longest.sources[0].path) == ("zenith", "/pkg/mod_3.py")
+    assert longest.documents == 1
+
+
+def test_a_span_every_file_holds_counts_them_all_and_new_code_matches_nothing(run):
+    out, files = run
+    index = attribution.Index(out / "index")
+    (span,) = index.attribute("\n\ndef shared_helper(value):\n    return value.strip().lower()\n\n", min_tokens=8)
+    assert span.documents == len(files) == span.occurrences
+    novel = "def totally_new(alpha, beta):\n    return sum(range(alpha)) ** beta - 12345\n"
+    assert index.attribute(novel) == []
+
+
+def test_spans_are_maximal_and_each_reaches_past_the_last(run):
+    out, files = run
+    index = attribution.Index(out / "index")
+    a, b = files["acme/pkg/mod_1.py"], files["zenith/pkg/mod_0.py"]
+    generation = a[100:500] + "\n# glue written by the model\n" + b[200:600]
+    spans = sorted(index.attribute(generation), key=lambda s: s.start)
+    assert len(spans) >= 2
+    ids = np.array(index.tokenizer.encode(generation, add_special_tokens=False).ids)
+    offsets = index.tokenizer.encode(generation, add_special_tokens=False).offsets
+    for s in spans:
+        first = next(i for i, (c, _) in enumerate(offsets) if c == s.start)
+        assert index.count(ids[first : first + s.tokens]) > 0
+        if first + s.tokens < len(ids):  # not longer: one more token and it is not in the shards
+            assert index.count(ids[first : first + s.tokens + 1]) == 0
+    assert {s.sources[0].repo_name for s in spans} >= {"acme", "zenith"}
+
+
+def test_a_rebuild_reuses_its_parts_and_the_cli_prints_and_answers_json(run, capsys, tmp_path):
+    out, files = run
+    before = {p: p.stat().st_mtime_ns for p in (out / "index").rglob("sa.npy")}
+    assert main(["index", str(out)]) == 0
+    assert {p: p.stat().st_mtime_ns for p in (out / "index").rglob("sa.npy")} == before
+    capsys.readouterr()
+    query = tmp_path / "gen.py"
+    query.write_text(files["acme/pkg/mod_2.py"][50:400])
+    assert main(["attribute", str(out / "index"), "--file", str(query), "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["spans"][0]["sources"][0]["path"] == "/pkg/mod_2.py"
+    assert main(["attribute", str(out / "index"), "--text", "nothing like this was trained on at all"]) == 0
+    assert "no span of the text is in the training set" in capsys.readouterr().out
+    assert main(["attribute", str(tmp_path / "nowhere"), "--text", "x"]) == 2
+    assert "is not an attribution index" in capsys.readouterr().err
