@@ -133,3 +133,59 @@ def test_a_rebuild_reuses_its_parts_and_the_cli_prints_and_answers_json(run, cap
     assert "no span of the text is in the training set" in capsys.readouterr().out
     assert main(["attribute", str(tmp_path / "nowhere"), "--text", "x"]) == 2
     assert "is not an attribution index" in capsys.readouterr().err
+
+
+# The HTTP server (stackcurate serve)
+
+
+@pytest.fixture(scope="module")
+def server(run):
+    import threading
+
+    from stackcurate.attribution_server import make_server
+
+    out, files = run
+    httpd = make_server(attribution.Index(out / "index"), port=0, max_bytes=20_000, timeout=5)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd.server_address[1], files
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _post(port: int, path: str, body: bytes, headers: dict[str, str] | None = None) -> tuple[int, dict]:
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection.request("POST", path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+    answer = connection.getresponse()
+    status, data = answer.status, json.loads(answer.read())
+    connection.close()
+    return status, data
+
+
+def test_overlap_answers_llm_vscode_s_request_with_character_spans(server):
+    port, files = server
+    document = "# the user's own code\nresult = run()\n" + files["orbit/pkg/mod_1.py"][60:520] + "\nprint(result)\n"
+    status, answer = _post(port, "/overlap", json.dumps({"document": document}).encode())
+    assert status == 200 and list(answer) == ["spans"]
+    (span,) = answer["spans"]
+    assert isinstance(span, list) and len(span) == 2 and all(isinstance(x, int) for x in span)
+    start, end = span
+    assert files["orbit/pkg/mod_1.py"][80:500] in document[start:end]  # offsets in characters of the sent text
+    status, answer = _post(port, "/overlap", json.dumps({"document": "é" * 40 + document}).encode())
+    assert answer["spans"][0] == [start + 40, end + 40]  # characters, not bytes
+
+
+def test_bad_requests_get_a_4xx_and_the_server_stays_up(server):
+    port, files = server
+    assert _post(port, "/overlap", b"{not json")[0] == 400
+    assert _post(port, "/overlap", b'{"document": "\xff\xfe"}')[0] == 400  # not UTF-8
+    assert _post(port, "/overlap", b'["a list"]')[0] == 400
+    assert _post(port, "/overlap", b'{"document": 12}')[0] == 400
+    assert _post(port, "/attribute", b'{"text": "x", "min_tokens": 0}')[0] == 400
+    assert _post(port, "/nowhere", b"{}")[0] == 404
+    status, answer = _post(port, "/overlap", json.dumps({"document": "x" * 30_000}).encode())
+    assert status == 413 and "over 20000 bytes" in answer["error"]
+    status, answer = _post(port, "/attribute", json.dumps({"text": files["quartz/pkg/mod_0.py"][:300]}).encode())
+    assert status == 200 and answer["spans"][0]["sources"][0]["repo_name"] == "quartz"

@@ -44,6 +44,25 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON (spans with their sources) for tools")
     p.set_defaults(handler=_cmd_attribute)
 
+    p = sub.add_parser("serve", help="answer attribution queries over local HTTP (llm-vscode's /overlap API)",
+                       description=SERVE, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("index", help="an attribution index (OUT/index)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    p.add_argument("--port", type=int, default=8008, help="port to listen on")
+    p.add_argument("--max-bytes", type=int, default=1_000_000, help="largest request body accepted")
+    p.set_defaults(handler=_cmd_serve)
+
+
+SERVE = """\
+Answer attribution queries over local HTTP: POST /overlap with {"document": text} returns {"spans": [[start, end],
+...]} (character offsets), the API of Hugging Face's llm-vscode "Show Code Attribution"; POST /attribute with
+{"text": text} returns the spans with their sources. Listens on localhost unless --host says otherwise.
+
+example:
+  stackcurate serve work/demo/index --port 8008
+  curl -s localhost:8008/overlap -d '{"document": "def main():"}'
+"""
+
 
 def _cmd_index(args: argparse.Namespace) -> None:
     from stackcurate import attribution
@@ -80,3 +99,16 @@ def _cmd_attribute(args: argparse.Namespace) -> None:
         print(f"chars {s.start}-{s.end} ({s.tokens} tokens, {s.occurrences} in the shards, {s.documents} files): "
               f"{where.repo_name} {where.path} {name} [{where.license_type or 'license unknown'}]")  # fmt: skip
         print("    " + s.text[:100].replace("\n", "\\n") + ("..." if len(s.text) > 100 else ""))
+
+
+def _cmd_serve(args: argparse.Namespace) -> None:
+    from stackcurate.attribution import Index
+    from stackcurate.attribution_server import make_server
+
+    server = make_server(Index(args.index), args.host, args.port, args.max_bytes)
+    host, port = server.server_address[:2]
+    print(f"serving {args.index} on http://{host}:{port} (POST /overlap, /attribute); Ctrl-C stops")
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
