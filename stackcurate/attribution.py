@@ -214,6 +214,15 @@ class Index:
         self.sources = {r["doc_id"]: Source(**r) for r in files}
         self.min_tokens = int(self.info["min_tokens"])
 
+    def owned(self, owner: str) -> dict[str, list[Source]]:
+        """The files of each repository of `owner` (a GitHub login or organisation) in the set, by repository."""
+        found: dict[str, list[Source]] = {}
+        for source in self.sources.values():
+            name = source.repo_name or ""
+            if name.split("/", 1)[0].lower() == owner.lower() and "/" in name:
+                found.setdefault(name, []).append(source)
+        return {repo: sorted(files, key=lambda f: f.path or "") for repo, files in sorted(found.items())}
+
     def count(self, ids: np.ndarray) -> int:
         return sum(part.find(ids).size for part in self.parts)
 

@@ -189,3 +189,13 @@ def test_bad_requests_get_a_4xx_and_the_server_stays_up(server):
     assert status == 413 and "over 20000 bytes" in answer["error"]
     status, answer = _post(port, "/attribute", json.dumps({"text": files["quartz/pkg/mod_0.py"][:300]}).encode())
     assert status == 200 and answer["spans"][0]["sources"][0]["repo_name"] == "quartz"
+
+
+def test_am_i_in_this_set_lists_an_owner_s_files_and_writes_their_opt_out(tmp_path, capsys):
+    from stackcurate.attribution import Source
+
+    index = attribution.Index.__new__(attribution.Index)
+    index.sources = {i: Source(i, repo, f"/f{i}.py", None, None, "file", None, None)
+                     for i, repo in enumerate(["octo/one", "octo/one", "Octo/two", "other/octo", "octo"])}  # fmt: skip
+    assert {repo: [f.path for f in files] for repo, files in index.owned("OCTO").items()} == {
+        "Octo/two": ["/f2.py"], "octo/one": ["/f0.py", "/f1.py"]}  # fmt: skip

@@ -23,6 +23,7 @@ files it comes from (repository, path, SWHID or URL, license) and how often the 
 examples:
   stackcurate attribute work/demo/index --file completion.txt
   echo 'def parse_args(argv):' | stackcurate attribute work/demo/index --file - --json
+  stackcurate attribute work/demo/index --owner octocat --opt-out optout.txt   # am I in this set?
 """
 
 
@@ -40,6 +41,8 @@ def add_parsers(sub: Any) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="the text")
     source.add_argument("--file", help="a file holding the text (- for standard input)")
+    source.add_argument("--owner", help="am I in this set: the repositories and files of a GitHub owner")
+    p.add_argument("--opt-out", default=None, help="with --owner: write the opt-out lines that remove them here")
     p.add_argument("--min-tokens", type=int, default=None, help="shortest span (default: the index's)")
     p.add_argument("--json", action="store_true", help="print JSON (spans with their sources) for tools")
     p.set_defaults(handler=_cmd_attribute)
@@ -77,6 +80,9 @@ def _cmd_attribute(args: argparse.Namespace) -> None:
     from stackcurate.attribution import Index
     from stackcurate.core.errors import StackcurateError
 
+    if args.owner is not None:
+        _owner(Index(args.index), args.owner, args.opt_out)
+        return
     if args.file is None:
         text = args.text
     elif args.file == "-":
@@ -112,3 +118,22 @@ def _cmd_serve(args: argparse.Namespace) -> None:
         server.serve_forever()
     finally:
         server.server_close()
+
+
+def _owner(index: "Any", owner: str, opt_out: str | None) -> None:
+    """The repositories and files of `owner` in the set, and the opt-out lines that remove them."""
+    repos = index.owned(owner)
+    if not repos:
+        print(f"no repository of {owner} is in this set")
+        return
+    for repo, files in repos.items():
+        print(f"{repo}: {len(files)} files")
+        for f in files[:20]:
+            print(f"    {f.path} {f.swhid or f.origin or ''}")
+        if len(files) > 20:
+            print(f"    ... and {len(files) - 20} more")
+    lines = "".join(f"{repo}\n" for repo in repos)
+    if opt_out:
+        Path(opt_out).write_text(lines)
+        print(f"opt-out lines for {len(repos)} repositories in {opt_out}: pass it to the license stage's --opt-out "
+              "(and --gharchive-opt-out, --history-opt-out) in the next run")  # fmt: skip
