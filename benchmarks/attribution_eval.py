@@ -1,0 +1,138 @@
+"""Attribution recall and false attributions, and query latency, on a run over real code.
+
+Queries (seeded), each a window of `--chars` characters of real code:
+- `verbatim`: a window of a file the run trained on (a file of a repository document in the shards);
+- `whitespace`: the same, its indentation changed (4 spaces to 2, tabs to 4 spaces) and blank lines doubled;
+- `renamed`: the same, three of its identifiers renamed everywhere in the window;
+- `embedded`: the verbatim window between two blocks of code of another file that is not in the set;
+- `absent`: a window of a file not in the set (`--absent`: folders of real code the run did not read).
+A positive query (the first four) is found when one of its spans names the file it was taken from; a query is
+falsely attributed when a span names only other files (positives) or any file (absent). Latency is the wall time
+of `Index.attribute` per query, p50 and p99.
+
+Run (after `make demo`):
+    python benchmarks/attribution_eval.py work/demo --absent /work/.mirror/pallets+click/repo --queries 100
+"""
+
+import argparse
+import json
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from stackcurate.attribution import Index, default_folder  # noqa: E402
+from stackcurate.core.layout import StageDir  # noqa: E402
+
+IDENT = re.compile(r"\b[a-z_][a-z0-9_]{3,}\b")
+
+
+def trained_files(out: Path) -> dict[int, str]:
+    """The text of each file of the run's repository documents, by doc_id (the rows format read)."""
+    members: set[int] = set()
+    for path in sorted((out / "format").glob("*.parquet")):
+        table = pq.read_table(path, columns=["doc_ids", "kind"])
+        for ids, kind in zip(table.column("doc_ids").to_pylist(), table.column("kind").to_pylist(), strict=True):
+            if kind == "repository":
+                members.update(ids)
+    source = StageDir(str(out), "format").completion()["input"]
+    files = {}
+    for path in sorted((out / source).glob("*.parquet")):
+        for row in pq.read_table(path, columns=["doc_id", "content"]).to_pylist():
+            if row["doc_id"] in members and row["content"] and len(row["content"]) > 2000:
+                files[row["doc_id"]] = row["content"]
+    return files
+
+
+def absent_files(folders: list[Path]) -> list[str]:
+    texts = []
+    for folder in folders:
+        if (folder / "HEAD").is_file():  # a bare repository: its HEAD's Python files
+            listing = subprocess.run(["git", "--git-dir", str(folder), "ls-tree", "-r", "--name-only", "HEAD"],
+                                     capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+            for name in listing:
+                if name.endswith(".py"):
+                    text = subprocess.run(["git", "--git-dir", str(folder), "show", f"HEAD:{name}"],
+                                          capture_output=True, text=True).stdout  # fmt: skip
+                    if len(text) > 2000:
+                        texts.append(text)
+        else:
+            texts += [p.read_text(errors="replace") for p in sorted(folder.rglob("*.py")) if p.stat().st_size > 2000]
+    return texts
+
+
+def window(rng: random.Random, text: str, chars: int) -> str:
+    start = rng.randrange(0, max(1, len(text) - chars))
+    return text[start : start + chars]
+
+
+def variants(rng: random.Random, text: str) -> dict[str, str]:
+    spaced = text.replace("    ", "  ").replace("\t", "    ").replace("\n\n", "\n\n\n")
+    names = sorted(set(IDENT.findall(text)))
+    renamed = text
+    for name in rng.sample(names, min(3, len(names))):
+        renamed = re.sub(rf"\b{name}\b", name + "_x", renamed)
+    return {"whitespace": spaced, "renamed": renamed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="a run folder with its index (stackcurate index OUT)")
+    parser.add_argument("--absent", type=Path, nargs="+", required=True, help="folders of code not in the run")
+    parser.add_argument("--queries", type=int, default=100, help="queries of each kind")
+    parser.add_argument("--chars", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--results", type=Path, default=None)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    index = Index(default_folder(args.out))
+    files = trained_files(args.out)
+    absent = absent_files(args.absent)
+    ids = sorted(files)
+    queries: list[tuple[str, str, int | None]] = []
+    for _ in range(args.queries):
+        doc = rng.choice(ids)
+        text = window(rng, files[doc], args.chars)
+        queries.append(("verbatim", text, doc))
+        for kind, changed in variants(rng, text).items():
+            queries.append((kind, changed, doc))
+        other = rng.choice(absent)
+        queries.append(("embedded", window(rng, other, 200) + "\n" + text + "\n" + window(rng, other, 200), doc))
+        queries.append(("absent", window(rng, rng.choice(absent), args.chars), None))
+    results: dict[str, dict[str, int]] = {}
+    latencies = []
+    for kind, text, doc in queries:
+        started = time.perf_counter()
+        spans = index.attribute(text)
+        latencies.append(time.perf_counter() - started)
+        named = {s.doc_id for span in spans for s in span.sources}
+        counts = results.setdefault(kind, {"queries": 0, "found": 0, "false": 0})
+        counts["queries"] += 1
+        if doc is not None and doc in named:
+            counts["found"] += 1
+        elif named:
+            counts["false"] += 1
+    ms = np.array(latencies) * 1e3
+    summary = {"run": str(args.out), "tokens": index.info["tokens"], "files_in_set": len(files),
+               "absent_files": len(absent), "chars": args.chars, "min_tokens": index.min_tokens,
+               "by_kind": results, "latency_ms": {"p50": round(float(np.percentile(ms, 50)), 2),
+                                                  "p99": round(float(np.percentile(ms, 99)), 2)}}  # fmt: skip
+    print(f"{'kind':<11} {'queries':>7} {'found':>6} {'false':>6}")
+    for kind, c in results.items():
+        print(f"{kind:<11} {c['queries']:>7} {c['found']:>6} {c['false']:>6}")
+    print(f"latency p50 {summary['latency_ms']['p50']} ms, p99 {summary['latency_ms']['p99']} ms "
+          f"({index.info['tokens']:,} tokens indexed)")  # fmt: skip
+    if args.results:
+        args.results.write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
