@@ -34,7 +34,11 @@ demo: install
 	@# about a minute and a half on two quiet cores (it says when other work slows it): 600 steps of 8 x 256 tokens
 	stackcurate train --data work/demo/megatron --out work/demo/train --preset tiny --seq-len 256 \
 		--micro-batch 8 --steps 600 --eval-every 150 --overwrite
-	stackcurate generate work/demo/train/checkpoint-600 --prompt "def main():\n    " --max-new-tokens 48
+	stackcurate generate work/demo/train/checkpoint-600 --prompt "def main():\n    " --max-new-tokens 48 \
+		| tee work/demo/generated.txt
+	@# which training files the generation copies (docs/attribution.md)
+	stackcurate index work/demo
+	stackcurate attribute work/demo/index --file work/demo/generated.txt --min-tokens 8
 
 test: install-dev
 	RAY_USAGE_STATS_ENABLED=0 RAY_DATA_DISABLE_PROGRESS_BARS=1 $(PYTHON) -m pytest -q
