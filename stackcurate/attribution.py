@@ -6,7 +6,8 @@ with its every occurrence; and a table of each token range's file (the repositor
 at their `<file_sep>` tokens, each piece a file of `doc_ids`), with the file's repository, path, SWHID or URL,
 and licenses from the rows format read. `Index(folder).attribute(text)` tokenizes a text with the run's
 tokenizer and returns its maximal spans of at least `min_tokens` tokens that occur in the shards, longest
-first, each with its sources.
+first, each with its sources; `Index(folder).search(query)` ranks the files by BM25 (tantivy, MIT), for near
+copies and questions in words, as BigCode's search of The Stack did (a quoted query is a phrase).
 
 Why a suffix array over bytes: libdivsufsort (`pydivsufsort`, MIT) builds one in C and searches it in
 microseconds, but over bytes; the shard's `.bin` is the token stream as bytes already, so the array is built on
@@ -21,6 +22,7 @@ The index is resumable and incremental: a part is written once per shard (its `.
 """
 
 import json
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -63,6 +65,7 @@ def build(out: str | Path, folder: str | Path | None = None, min_tokens: int = M
     documents = _documents(out)
     files = _files(out, documents)
     pq.write_table(files, folder / "files.parquet")
+    _search_index(out, folder / "search", set(files.column("doc_id").to_pylist()))
     placement = pq.read_table(out / "megatron" / "documents").to_pandas().sort_values(["shard", "position"])
     file_sep = manifest["special_tokens"][tk.FILE_SEP]
     parts = []
@@ -107,6 +110,29 @@ def _files(out: Path, documents: dict[int, list[int]]) -> pa.Table:
                         ("swhid", pa.string()), ("origin", pa.string()), ("kind", pa.string()),
                         ("license_type", pa.string()), ("detected_licenses", pa.list_(pa.string()))])  # fmt: skip
     return pa.Table.from_pylist(ordered, schema=schema)
+
+
+def _search_index(out: Path, folder: Path, wanted: set[int]) -> None:
+    """The BM25 index of the files' texts (rebuilt whole: it is small beside the suffix arrays)."""
+    import tantivy
+
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    builder = tantivy.SchemaBuilder()
+    builder.add_integer_field("doc_id", stored=True, indexed=True)
+    builder.add_text_field("content", stored=False)
+    index = tantivy.Index(builder.build(), path=str(folder))
+    writer = index.writer()
+    source = StageDir(str(out), "format").completion().get("input")
+    stage = out / source if source else None
+    for path in sorted(stage.glob("*.parquet")) if stage and stage.is_dir() else []:
+        for batch in pq.ParquetFile(path).iter_batches(columns=["doc_id", "content"], batch_size=1024):
+            for doc_id, text in zip(batch.column("doc_id").to_pylist(), batch.column("content").to_pylist(),
+                                    strict=True):  # fmt: skip
+                if doc_id in wanted and text:
+                    writer.add_document(tantivy.Document(doc_id=doc_id, content=text))
+    writer.commit()
+    writer.wait_merging_threads()
 
 
 def _part(prefix: Path, folder: Path, sha256: str, doc_ids: list[int], documents: dict[int, list[int]],
@@ -213,6 +239,30 @@ class Index:
         files = pq.read_table(folder / "files.parquet").to_pylist()
         self.sources = {r["doc_id"]: Source(**r) for r in files}
         self.min_tokens = int(self.info["min_tokens"])
+        self.folder = folder
+        self.searcher: Any = None  # opened by the first search
+        self.search_index: Any = None
+
+    def search(self, query: str, limit: int = 10) -> list[tuple[float, Source]]:
+        """The files that best match `query` by BM25, best first; a query in double quotes is a phrase. Like
+        BigCode's search, the query is cut to 200 characters; its punctuation is not query syntax."""
+        import tantivy
+
+        if self.searcher is None:
+            index = tantivy.Index.open(str(self.folder / "search"))
+            self.searcher, self.search_index = index.searcher(), index
+        query = query[:200]
+        words = re.sub(r"[^\w]+", " ", query).strip().lower()  # lower: AND, OR, NOT are words, not operators
+        if not words:
+            return []
+        phrase = len(query) > 1 and query.startswith('"') and query.endswith('"')
+        parsed = self.search_index.parse_query(f'"{words}"' if phrase else words, ["content"])
+        hits = self.searcher.search(parsed, limit).hits
+        found = []
+        for score, address in hits:
+            doc_id = self.searcher.doc(address)["doc_id"][0]
+            found.append((float(score), self.sources.get(doc_id) or Source(doc_id, *([None] * 7))))
+        return found
 
     def owned(self, owner: str) -> dict[str, list[Source]]:
         """The files of each repository of `owner` (a GitHub login or organisation) in the set, by repository."""

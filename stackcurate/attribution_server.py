@@ -4,7 +4,8 @@
   sent text: the request and answer of Hugging Face's llm-vscode "Show Code Attribution" (it sends the text
   around the cursor to `<endpoint>/overlap` and highlights the spans), so the editor extension works against it;
 - `POST /attribute` with `{"text": text, "min_tokens": n}` answers every span with its sources, as
-  `stackcurate attribute --json`.
+  `stackcurate attribute --json`;
+- `GET /search?q=...` answers the files that best match by BM25 (`{"hits": [{"score", ...source}]}`).
 
 A request is refused with a 4xx and one line of JSON (`{"error": ...}`) when its body is not JSON, not UTF-8,
 not the expected object, or over `max_bytes` (413, read no further); the server goes on serving. It listens on
@@ -13,9 +14,11 @@ request, the index shared read-only.
 """
 
 import json
+from dataclasses import asdict
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from stackcurate.attribution import Index
 
@@ -62,7 +65,16 @@ def make_server(index: Index, host: str = "127.0.0.1", port: int = 8008, max_byt
                 self._send(exc.status, {"error": str(exc)})
 
         def do_GET(self) -> None:  # noqa: N802 - the base class's name
-            self._send(HTTPStatus.NOT_FOUND, {"error": "POST /overlap or /attribute"})
+            url = urlsplit(self.path)
+            if url.path != "/search":
+                self._send(HTTPStatus.NOT_FOUND, {"error": "GET /search?q=..., or POST /overlap or /attribute"})
+                return
+            query = parse_qs(url.query).get("q", [""])[0]
+            if not query.strip():
+                self._send(HTTPStatus.BAD_REQUEST, {"error": "give the words to search as ?q=..."})
+                return
+            hits = [{"score": score, **asdict(source)} for score, source in index.search(query)]
+            self._send(HTTPStatus.OK, {"hits": hits})
 
         def _body(self) -> dict[str, Any]:
             length = self.headers.get("Content-Length")

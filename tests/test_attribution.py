@@ -3,6 +3,7 @@ maximal spans, the file and repository of each hit, and the CLI."""
 
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -199,3 +200,25 @@ def test_am_i_in_this_set_lists_an_owner_s_files_and_writes_their_opt_out(tmp_pa
                      for i, repo in enumerate(["octo/one", "octo/one", "Octo/two", "other/octo", "octo"])}  # fmt: skip
     assert {repo: [f.path for f in files] for repo, files in index.owned("OCTO").items()} == {
         "Octo/two": ["/f2.py"], "octo/one": ["/f0.py", "/f1.py"]}  # fmt: skip
+
+
+def test_bm25_search_ranks_the_file_that_holds_the_words_first(run, server):
+    out, files = run
+    index = attribution.Index(out / "index")
+    name, text = "vertex/pkg/mod_2.py", files["vertex/pkg/mod_2.py"]
+    words = re.findall(r"def (\w+)\(", text)[:3]  # identifiers only this file defines
+    (score, best), *_ = index.search(" ".join(words))
+    assert (best.repo_name, best.path) == ("vertex", "/pkg/mod_2.py") and score > 0
+    assert index.search('"shared_helper value"')[0][1].path.startswith("/pkg/mod_")  # a phrase every file holds
+    assert isinstance(index.search("foo AND ( [ NOT"), list)  # query syntax in the text is not syntax
+    assert index.search("!!! ???") == []
+    port, _ = server
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection.request("GET", "/search?q=" + "+".join(words))
+    answer = json.loads(connection.getresponse().read())
+    assert answer["hits"][0]["path"] == "/pkg/mod_2.py" and name.startswith(answer["hits"][0]["repo_name"])
+    connection.request("GET", "/search?q=")
+    reply = connection.getresponse()
+    assert reply.status == 400 and "q=" in json.loads(reply.read())["error"]

@@ -42,6 +42,7 @@ def add_parsers(sub: Any) -> None:
     source.add_argument("--text", help="the text")
     source.add_argument("--file", help="a file holding the text (- for standard input)")
     source.add_argument("--owner", help="am I in this set: the repositories and files of a GitHub owner")
+    source.add_argument("--search", help='the files that best match words or code (BM25; "quoted": a phrase)')
     p.add_argument("--opt-out", default=None, help="with --owner: write the opt-out lines that remove them here")
     p.add_argument("--min-tokens", type=int, default=None, help="shortest span (default: the index's)")
     p.add_argument("--json", action="store_true", help="print JSON (spans with their sources) for tools")
@@ -82,6 +83,16 @@ def _cmd_attribute(args: argparse.Namespace) -> None:
 
     if args.owner is not None:
         _owner(Index(args.index), args.owner, args.opt_out)
+        return
+    if args.search is not None:
+        hits = Index(args.index).search(args.search)
+        if args.json:
+            print(json.dumps({"hits": [{"score": score, **vars(source)} for score, source in hits]}, indent=1))
+        for score, source in [] if args.json else hits:
+            print(f"{score:7.2f}  {source.repo_name} {source.path} {source.swhid or source.origin or ''} "
+                  f"[{source.license_type or 'license unknown'}]")  # fmt: skip
+        if not hits and not args.json:
+            print("no file matches")
         return
     if args.file is None:
         text = args.text
