@@ -5,7 +5,9 @@
   around the cursor to `<endpoint>/overlap` and highlights the spans), so the editor extension works against it;
 - `POST /attribute` with `{"text": text, "min_tokens": n}` answers every span with its sources, as
   `stackcurate attribute --json`;
-- `GET /search?q=...` answers the files that best match by BM25 (`{"hits": [{"score", ...source}]}`).
+- `GET /search?q=...` answers the files that best match by BM25 (`{"hits": [{"score", ...source}]}`);
+- `GET /` is a page where a person pastes code and sees its copied spans highlighted, each with its sources
+  (links to the Software Heritage archive or the issue's URL); it loads nothing from outside this server.
 
 A request is refused with a 4xx and one line of JSON (`{"error": ...}`) when its body is not JSON, not UTF-8,
 not the expected object, or over `max_bytes` (413, read no further); the server goes on serving. It listens on
@@ -22,7 +24,64 @@ from urllib.parse import parse_qs, urlsplit
 
 from stackcurate.attribution import Index
 
-MAX_BYTES = 1_000_000  # a request body larger than this is refused: llm-vscode sends about 500 characters
+MAX_BYTES = 1_000_000
+# The page: plain HTML and a script of its own, nothing from a CDN. `/?text=...` fills the box and asks at once.
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>stackcurate: copied from the training set?</title>
+<style>
+body { font-family: sans-serif; max-width: 60em; margin: 2em auto; }
+textarea { width: 100%; height: 14em; font-family: monospace; }
+pre { background: #f6f6f6; padding: 1em; white-space: pre-wrap; }
+mark { background: #ffd54f; } li { margin: .4em 0; } .none { color: #555; }
+</style></head>
+<body>
+<h1>Copied from the training set?</h1>
+<p>Paste code a model wrote: the spans the training shards hold verbatim are highlighted, with the files they
+come from.</p>
+<textarea id="text" spellcheck="false"></textarea>
+<p><button id="go">Find copied spans</button></p>
+<div id="result"></div>
+<script>
+function escape(s) {
+  return s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+}
+function link(source) {
+  if (source.swhid) return "https://archive.softwareheritage.org/" + source.swhid;
+  if (source.origin && source.origin.startsWith("https://")) return source.origin;
+  return null;
+}
+function where(source) {
+  const name = escape((source.repo_name || "") + " " + (source.path || ""));
+  const url = link(source);
+  const license = escape(source.license_type || "license unknown");
+  return (url ? '<a href="' + escape(url) + '">' + name + "</a>" : name) + " [" + license + "]";
+}
+async function run() {
+  const text = document.getElementById("text").value;
+  const result = document.getElementById("result");
+  const answer = await fetch("/attribute", {method: "POST", body: JSON.stringify({text: text})});
+  const body = await answer.json();
+  if (!answer.ok) { result.innerHTML = '<p class="none">' + escape(body.error) + "</p>"; return; }
+  const spans = body.spans.slice().sort((a, b) => a.start - b.start);
+  if (!spans.length) { result.innerHTML = '<p class="none">No span of this text is in the training set.</p>'; return; }
+  let html = "", at = 0;
+  spans.forEach((span, i) => {
+    const start = Math.max(span.start, at);
+    html += escape(text.slice(at, start));
+    html += '<mark id="span-' + i + '">' + escape(text.slice(start, span.end)) + "</mark>";
+    at = Math.max(at, span.end);
+  });
+  html += escape(text.slice(at));
+  const list = spans.map((span, i) => '<li><a href="#span-' + i + '">' + span.tokens + " tokens</a>, in " +
+    span.documents + " file(s), " + span.occurrences + " time(s): " + span.sources.map(where).join("; ") + "</li>");
+  result.innerHTML = "<pre>" + html + "</pre><ol>" + list.join("") + "</ol>";
+}
+document.getElementById("go").addEventListener("click", run);
+const given = new URLSearchParams(location.search).get("text");
+if (given) { document.getElementById("text").value = given; run(); }
+</script>
+</body></html>
+"""  # a request body larger than this is refused: llm-vscode sends about 500 characters
 
 
 class _BadRequest(Exception):
@@ -66,6 +125,14 @@ def make_server(index: Index, host: str = "127.0.0.1", port: int = 8008, max_byt
 
         def do_GET(self) -> None:  # noqa: N802 - the base class's name
             url = urlsplit(self.path)
+            if url.path == "/":
+                data = PAGE.encode()
+                self.send_response(HTTPStatus.OK)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             if url.path != "/search":
                 self._send(HTTPStatus.NOT_FOUND, {"error": "GET /search?q=..., or POST /overlap or /attribute"})
                 return

@@ -222,3 +222,37 @@ def test_bm25_search_ranks_the_file_that_holds_the_words_first(run, server):
     connection.request("GET", "/search?q=")
     reply = connection.getresponse()
     assert reply.status == 400 and "q=" in json.loads(reply.read())["error"]
+
+
+def test_the_page_highlights_copied_spans_in_chromium_and_asks_nothing_outside(server, tmp_path):
+    import shutil
+    import subprocess
+    from urllib.parse import quote
+
+    from test_report import _hosts, _Proxy
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("needs Debian's chromium (make install-dev installs it with apt-get where it can)")
+    port, files = server
+    copied = files["nimbus/pkg/mod_3.py"][100:600]
+    text = "# my own code first\nanswer = 42\n" + copied
+    proxy = _Proxy()  # every request that would leave the machine goes to it and is recorded
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", f"--proxy-server=http://127.0.0.1:{proxy.port}",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom",
+             # Chromium's own form autofill service is asked about any page with a form: not the page's request
+             "--disable-features=AutofillServerCommunication"]  # fmt: skip
+    try:
+        blank = tmp_path / "blank.html"
+        blank.write_text("<p>blank</p>")
+        subprocess.run([chromium, *flags, blank.as_uri()], check=True, capture_output=True, timeout=120)
+        own = _hosts(proxy.requests)  # what Chromium asks for of its own (time, accounts)
+        proxy.requests.clear()
+        done = subprocess.run([chromium, *flags, f"http://127.0.0.1:{port}/?text={quote(text)}"], check=True,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert _hosts(proxy.requests) <= own, f"the page asked for {_hosts(proxy.requests) - own}"
+    finally:
+        proxy.close()
+    marks = re.findall(r'<mark id="span-\d+">(.*?)</mark>', done.stdout, re.S)
+    assert marks and copied[40:400].replace("<", "&lt;").replace(">", "&gt;") in "".join(marks)
+    assert "my own code" not in "".join(marks) and "nimbus /pkg/mod_3.py" in done.stdout

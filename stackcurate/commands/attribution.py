@@ -60,7 +60,8 @@ def add_parsers(sub: Any) -> None:
 SERVE = """\
 Answer attribution queries over local HTTP: POST /overlap with {"document": text} returns {"spans": [[start, end],
 ...]} (character offsets), the API of Hugging Face's llm-vscode "Show Code Attribution"; POST /attribute with
-{"text": text} returns the spans with their sources. Listens on localhost unless --host says otherwise.
+{"text": text} returns the spans with their sources; GET /search?q= ranks files by BM25; GET / is a page to
+paste code into and see its copied spans. Listens on localhost unless --host says otherwise.
 
 example:
   stackcurate serve work/demo/index --port 8008
