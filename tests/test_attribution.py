@@ -121,6 +121,7 @@ def test_spans_are_maximal_and_each_reaches_past_the_last(run):
 
 def test_a_rebuild_reuses_its_parts_and_the_cli_prints_and_answers_json(run, capsys, tmp_path):
     out, files = run
+    assert "<code>stackcurate serve " in (out / "report" / "index.html").read_text()  # the report links the index
     before = {p: p.stat().st_mtime_ns for p in (out / "index").rglob("sa.npy")}
     assert main(["index", str(out)]) == 0
     assert {p: p.stat().st_mtime_ns for p in (out / "index").rglob("sa.npy")} == before

@@ -76,6 +76,10 @@ def _cmd_index(args: argparse.Namespace) -> None:
     info = attribution.build(args.out, args.index, least)
     folder = args.index or attribution.default_folder(args.out)
     print(f"index: {len(info['parts'])} parts, {info['tokens']:,} tokens, {info['files']:,} files in {folder}")
+    if (Path(args.out) / "report" / "index.html").is_file() and args.index is None:
+        from stackcurate.report import write_report
+
+        write_report(args.out)  # the run's report links its index
 
 
 def _cmd_attribute(args: argparse.Namespace) -> None:

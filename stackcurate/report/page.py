@@ -199,6 +199,12 @@ def page(summary: dict[str, Any]) -> str:
             if rows:
                 parts.append(f"<h3>{html.escape(stage)}: examples of errors</h3>"
                              + _table(rows, ["reason", "origin", "detail"]))  # fmt: skip
+    if index := summary.get("attribution"):
+        folder = html.escape(index["folder"])
+        parts.append(f"<h2>Attribution index</h2><p>{folder}: {index['tokens']:,} tokens of {index['files']:,} files "
+                     f"in {index['parts']} parts. Which training files a generation copies: <code>stackcurate "
+                     f"attribute {folder} --file generated.txt</code>; over HTTP (llm-vscode's attribution, a page): "
+                     f"<code>stackcurate serve {folder}</code>.</p>")  # fmt: skip
     parts.append("<h2>Configuration and versions</h2><pre>"
                  + html.escape(yaml.safe_dump({"versions": summary["run"]["versions"], "config": summary["config"]},
                                               sort_keys=False)) + "</pre>")  # fmt: skip

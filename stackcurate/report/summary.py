@@ -2,6 +2,7 @@
 `stackcurate query`), so it always agrees with `stackcurate stats`."""
 
 import dataclasses
+import json
 import platform
 import re
 import time
@@ -135,6 +136,7 @@ def summarize(out: str | Path) -> dict[str, Any]:
             "stale": [{"stage": stage, "why": why} for stage, why in stale_stages(out)],
         },  # fmt: skip
         "stages": stages,
+        "attribution": _attribution(out),
         "funnel": funnel,
         "tokens": int(totals.get("tokenize", {}).get("tokens", 0)),
         "removed_by_reason": [r | {"docs": int(r["docs"] or 0), "bytes": int(r["bytes"] or 0)} for r in reasons],
@@ -203,6 +205,16 @@ def _significant(value: float | None) -> float | None:
 
 def _part_of(stage: str) -> str:
     return next((part for part, owner in PARTS.items() if owner == stage), "")
+
+
+def _attribution(out: Path) -> dict[str, Any] | None:
+    """The run's attribution index (`stackcurate index`), if built: where, and what it holds."""
+    info_path = out / "index" / "index.json"
+    if not info_path.is_file():
+        return None
+    info = json.loads(info_path.read_text())
+    return {"folder": str(out / "index"), "parts": len(info["parts"]), "tokens": info["tokens"],
+            "files": info["files"], "min_tokens": info["min_tokens"]}  # fmt: skip
 
 
 def _removed_by_kind(con: Any, views: list[str], stages: list[str]) -> list[dict[str, Any]]:
