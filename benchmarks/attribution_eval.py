@@ -5,9 +5,12 @@ Queries (seeded), each a window of `--chars` characters of real code:
 - `whitespace`: the same, its indentation changed (4 spaces to 2, tabs to 4 spaces) and blank lines doubled;
 - `renamed`: the same, three of its identifiers renamed everywhere in the window;
 - `embedded`: the verbatim window between two blocks of code of another file that is not in the set;
-- `absent`: a window of a file not in the set (`--absent`: folders of real code the run did not read).
-A positive query (the first four) is found when one of its spans names the file it was taken from; a query is
-falsely attributed when a span names only other files (positives) or any file (absent). Latency is the wall time
+- `absent`: a window of a file not in the set (`--absent`: folders of real code the run did not read);
+- `near_duplicate`: a window of a file dedup removed (the run needs `--removed-content`), whose kept copies are
+  the files of the set that hold the same window verbatim (windows no kept file holds are not asked).
+A positive query is found when one of its spans names the file it was taken from (a near-duplicate: one of its
+kept copies); a query is falsely attributed when its spans name only other files (positives) or any file
+(absent). Latency is the wall time
 of `Index.attribute` per query, p50 and p99.
 
 Run (after `make demo`):
@@ -52,20 +55,34 @@ def trained_files(out: Path) -> dict[int, str]:
     return files
 
 
+CODE = (".py", ".js", ".ts", ".go", ".rs", ".java", ".c", ".h", ".rb", ".php", ".cpp")
+
+
+def removed_near_duplicates(out: Path) -> list[str]:
+    """The texts of the files dedup removed as near or exact duplicates (kept with --removed-content)."""
+    texts = []
+    for path in sorted((out / "_removed" / "dedup").glob("*.parquet")):
+        for row in pq.read_table(path, columns=["content"]).to_pylist():
+            if row["content"] and len(row["content"]) > 2000:
+                texts.append(row["content"])
+    return texts
+
+
 def absent_files(folders: list[Path]) -> list[str]:
     texts = []
     for folder in folders:
-        if (folder / "HEAD").is_file():  # a bare repository: its HEAD's Python files
+        if (folder / "HEAD").is_file():  # a bare repository: the code files of its HEAD
             listing = subprocess.run(["git", "--git-dir", str(folder), "ls-tree", "-r", "--name-only", "HEAD"],
                                      capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
             for name in listing:
-                if name.endswith(".py"):
+                if name.endswith(CODE):
                     text = subprocess.run(["git", "--git-dir", str(folder), "show", f"HEAD:{name}"],
                                           capture_output=True, text=True).stdout  # fmt: skip
                     if len(text) > 2000:
                         texts.append(text)
         else:
-            texts += [p.read_text(errors="replace") for p in sorted(folder.rglob("*.py")) if p.stat().st_size > 2000]
+            texts += [p.read_text(errors="replace") for p in sorted(folder.rglob("*")) if p.suffix in CODE
+                      and p.stat().st_size > 2000]  # fmt: skip
     return texts
 
 
@@ -97,32 +114,43 @@ def main() -> None:
     files = trained_files(args.out)
     absent = absent_files(args.absent)
     ids = sorted(files)
-    queries: list[tuple[str, str, int | None]] = []
+    queries: list[tuple[str, str, set[int] | None]] = []
     for _ in range(args.queries):
         doc = rng.choice(ids)
         text = window(rng, files[doc], args.chars)
-        queries.append(("verbatim", text, doc))
+        queries.append(("verbatim", text, {doc}))
         for kind, changed in variants(rng, text).items():
-            queries.append((kind, changed, doc))
+            queries.append((kind, changed, {doc}))
         other = rng.choice(absent)
-        queries.append(("embedded", window(rng, other, 200) + "\n" + text + "\n" + window(rng, other, 200), doc))
+        queries.append(("embedded", window(rng, other, 200) + "\n" + text + "\n" + window(rng, other, 200), {doc}))
         queries.append(("absent", window(rng, rng.choice(absent), args.chars), None))
+    removed = removed_near_duplicates(args.out)
+    asked = 0
+    for _ in range(20 * args.queries):  # the windows some kept file holds, up to --queries of them
+        if asked == args.queries or not removed:
+            break
+        text = window(rng, rng.choice(removed), args.chars)
+        kept = {doc for doc, content in files.items() if text in content}
+        if kept:
+            queries.append(("near_duplicate", text, kept))
+            asked += 1
     results: dict[str, dict[str, int]] = {}
     latencies = []
-    for kind, text, doc in queries:
+    for kind, text, expected in queries:
         started = time.perf_counter()
         spans = index.attribute(text)
         latencies.append(time.perf_counter() - started)
         named = {s.doc_id for span in spans for s in span.sources}
         counts = results.setdefault(kind, {"queries": 0, "found": 0, "false": 0})
         counts["queries"] += 1
-        if doc is not None and doc in named:
+        if expected is not None and expected & named:
             counts["found"] += 1
         elif named:
             counts["false"] += 1
     ms = np.array(latencies) * 1e3
     summary = {"run": str(args.out), "tokens": index.info["tokens"], "files_in_set": len(files),
-               "absent_files": len(absent), "chars": args.chars, "min_tokens": index.min_tokens,
+               "absent_files": len(absent), "removed_files": len(removed), "chars": args.chars,
+               "min_tokens": index.min_tokens,
                "by_kind": results, "latency_ms": {"p50": round(float(np.percentile(ms, 50)), 2),
                                                   "p99": round(float(np.percentile(ms, 99)), 2)}}  # fmt: skip
     print(f"{'kind':<11} {'queries':>7} {'found':>6} {'false':>6}")
