@@ -1,7 +1,7 @@
 """Attribution: which training file a piece of text copies, exactly, on the token stream the model trained on.
 
 `build(out)` writes an index of a run's Megatron shards into `<out>/index` (or another folder): one part per
-shard, each a suffix array of the shard's token stream, so any span of tokens that the shards hold is found
+shard (each a task of the run's executor), each a suffix array of the shard's token stream, so any span of tokens that the shards hold is found
 with its every occurrence; and a table of each token range's file (the repository documents of format are cut
 at their `<file_sep>` tokens, each piece a file of `doc_ids`), with the file's repository, path, SWHID or URL,
 and licenses from the rows format read. `Index(folder).attribute(text)` tokenizes a text with the run's
@@ -49,8 +49,11 @@ def default_folder(out: str | Path) -> Path:
     return Path(out) / "index"
 
 
-def build(out: str | Path, folder: str | Path | None = None, min_tokens: int = MIN_TOKENS) -> dict[str, Any]:
-    """Index the run `out` into `folder` (default `<out>/index`); returns the index's description."""
+def build(out: str | Path, folder: str | Path | None = None, min_tokens: int = MIN_TOKENS,
+          executor: Any = None) -> dict[str, Any]:  # fmt: skip
+    """Index the run `out` into `folder` (default `<out>/index`), its parts as tasks of `executor` (a run's
+    executor, runners/: one part per task, on the run's workers; None: in this process); returns the index's
+    description."""
     out = Path(out)
     folder = Path(folder) if folder is not None else default_folder(out)
     manifest_path = out / "megatron" / "manifest.json"
@@ -68,11 +71,12 @@ def build(out: str | Path, folder: str | Path | None = None, min_tokens: int = M
     _search_index(out, folder / "search", set(files.column("doc_id").to_pylist()))
     placement = pq.read_table(out / "megatron" / "documents").to_pandas().sort_values(["shard", "position"])
     file_sep = manifest["special_tokens"][tk.FILE_SEP]
-    parts = []
+    items = []
     for number, shard in enumerate(manifest["shards"]):
         doc_ids = placement.loc[placement["shard"] == number, "doc_id"].tolist()
-        parts.append(_part(out / "megatron" / shard["shard"], folder / f"part-{number:05d}", shard["bin_sha256"],
-                           doc_ids, documents, file_sep))  # fmt: skip
+        items.append((out / "megatron" / shard["shard"], folder / f"part-{number:05d}", shard["bin_sha256"],
+                      doc_ids, {d: documents.get(d, [d]) for d in doc_ids}, file_sep))  # fmt: skip
+    parts = executor.map(_part, items, "index parts") if executor is not None else [_part(*item) for item in items]
     info = {"format": FORMAT, "version": VERSION, "run": str(out.resolve()), "min_tokens": min_tokens,
             "eod_id": manifest["eod_id"], "parts": parts, "tokens": sum(p["tokens"] for p in parts),
             "files": files.num_rows}  # fmt: skip

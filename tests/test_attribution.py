@@ -47,7 +47,7 @@ def run(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         "  tokenize: {vocab_size: 400, shard_mb: 0.004}\n"
     )
     assert main(["run", str(pipeline), "--runner", "local", "--no-progress"]) == 0
-    assert main(["index", str(root / "out")]) == 0
+    assert main(["index", str(root / "out"), "--runner", "local"]) == 0
     return root / "out", files
 
 
@@ -123,7 +123,7 @@ def test_a_rebuild_reuses_its_parts_and_the_cli_prints_and_answers_json(run, cap
     out, files = run
     assert "<code>stackcurate serve " in (out / "report" / "index.html").read_text()  # the report links the index
     before = {p: p.stat().st_mtime_ns for p in (out / "index").rglob("sa.npy")}
-    assert main(["index", str(out)]) == 0
+    assert main(["index", str(out), "--runner", "local"]) == 0
     assert {p: p.stat().st_mtime_ns for p in (out / "index").rglob("sa.npy")} == before
     capsys.readouterr()
     query = tmp_path / "gen.py"
@@ -257,3 +257,15 @@ def test_the_page_highlights_copied_spans_in_chromium_and_asks_nothing_outside(s
     marks = re.findall(r'<mark id="span-\d+">(.*?)</mark>', done.stdout, re.S)
     assert marks and copied[40:400].replace("<", "&lt;").replace(">", "&gt;") in "".join(marks)
     assert "my own code" not in "".join(marks) and "nimbus /pkg/mod_3.py" in done.stdout
+
+
+@pytest.mark.ray
+def test_parts_built_as_ray_tasks_are_the_same_files(run, tmp_path):
+    out, _ = run
+    assert main(["index", str(out), "--index", str(tmp_path / "index"), "--runner", "ray", "--workers", "2"]) == 0
+    here = sorted(p.relative_to(out / "index") for p in (out / "index").rglob("*") if p.suffix in (".npy", ".parquet"))
+    there = sorted(p.relative_to(tmp_path / "index") for p in (tmp_path / "index").rglob("*")
+                   if p.suffix in (".npy", ".parquet"))  # fmt: skip
+    assert here == there and len(here) > 3
+    for rel in here:
+        assert (out / "index" / rel).read_bytes() == (tmp_path / "index" / rel).read_bytes(), rel

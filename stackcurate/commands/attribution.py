@@ -33,6 +33,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("out", help="output folder of a run whose tokenize stage has finished")
     p.add_argument("--index", default=None, help="folder of the index (default: OUT/index)")
     p.add_argument("--min-tokens", type=int, default=None, help="shortest span reported by default (16)")
+    p.add_argument(
+        "--runner",
+        choices=["ray", "local"],
+        default="ray",
+        help="ray (default: embedded local Ray, or --ray-address): a part per task; local: this process",
+    )
+    p.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (or RAY_ADDRESS)")
+    p.add_argument("--workers", type=int, default=None, help="parallel workers (default: all CPUs)")
     p.set_defaults(handler=_cmd_index)
 
     p = sub.add_parser("attribute", help="the spans of a text copied from a run's training files",
@@ -71,9 +79,14 @@ example:
 
 def _cmd_index(args: argparse.Namespace) -> None:
     from stackcurate import attribution
+    from stackcurate.runners import make_executor
 
     least = args.min_tokens or attribution.MIN_TOKENS
-    info = attribution.build(args.out, args.index, least)
+    executor = make_executor(args.runner, address=args.ray_address, workers=args.workers, progress=False)
+    try:
+        info = attribution.build(args.out, args.index, least, executor)
+    finally:
+        executor.close()
     folder = args.index or attribution.default_folder(args.out)
     print(f"index: {len(info['parts'])} parts, {info['tokens']:,} tokens, {info['files']:,} files in {folder}")
     if (Path(args.out) / "report" / "index.html").is_file() and args.index is None:
