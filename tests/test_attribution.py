@@ -269,3 +269,17 @@ def test_parts_built_as_ray_tasks_are_the_same_files(run, tmp_path):
     assert here == there and len(here) > 3
     for rel in here:
         assert (out / "index" / rel).read_bytes() == (tmp_path / "index" / rel).read_bytes(), rel
+
+
+def test_a_client_that_stops_sending_is_cut_off_and_the_server_answers_others(server):
+    import socket
+    import time
+
+    port, files = server
+    stalled = socket.create_connection(("127.0.0.1", port), timeout=30)
+    stalled.sendall(b'POST /overlap HTTP/1.1\r\nHost: x\r\nContent-Length: 5000\r\n\r\n{"document": ')  # and no more
+    started = time.monotonic()
+    status, _ = _post(port, "/overlap", json.dumps({"document": files["acme/pkg/mod_0.py"][:300]}).encode())
+    assert status == 200  # another request is answered meanwhile
+    assert stalled.recv(1024) == b"" and time.monotonic() - started < 20  # closed after the server's 5 s timeout
+    stalled.close()
