@@ -327,10 +327,9 @@ class _Text:
         """The cleaned text; None when it is too short to keep."""
         conf = self.conf
         text = _HTML_COMMENT.sub("", threads.strip_reply(text or ""))
-        lines = text.split("\n")
-        if len(lines) > conf["truncate_over"]:
-            text = "\n".join([*lines[: conf["keep_head"]], conf["truncated_mark"], *lines[-conf["keep_tail"] :]])
-            self.truncated += 1
+        text, cut = threads.cut_lines(text, conf["truncate_over"], conf["keep_head"], conf["keep_tail"],
+                                      conf["truncated_mark"])  # fmt: skip
+        self.truncated += cut
         if len(text) < conf["min_chars"] and not keep_short:
             return None
         return text[: conf["max_chars"]]
@@ -376,16 +375,10 @@ def render(pr: PullRequest, changes: dict[str, list[Change]], rules: dict[str, A
 
     text = _Text(rules)
     steps = list(pr.steps)
-    bots = [
-        s.kind in ("comment", "review", "review_comment") and threads.is_bot(s.login, s.user_type, bot_rules)
-        for s in steps
-    ]
-    drop = list(bots)
-    for i in range(1, len(steps)):  # a human comment that called the bot goes with the bot's reply
-        if bots[i] and not bots[i - 1] and steps[i - 1].kind == "comment":
-            caller = steps[i - 1].text or ""
-            if caller.lstrip().startswith(bot_rules.caller_prefix) or steps[i].login.lower() in caller.lower():
-                drop[i - 1] = True
+    talk = ("comment", "review", "review_comment")  # a bot's status change stays: it says the pull request merged
+    bots = [s.kind in talk and threads.is_bot(s.login, s.user_type, bot_rules) for s in steps]
+    callers = [(s.text or "") if s.kind == "comment" else None for s in steps]  # only a comment calls a bot
+    drop = threads.bot_drops(bots, callers, [s.login for s in steps], bot_rules)
     kept = [s for s, d in zip(steps, drop, strict=True) if not d]
     description = text(pr.description)
     if description is None:

@@ -89,10 +89,28 @@ def strip_reply(text: str) -> str:
 
 
 def truncate(text: str, rules: Rules) -> tuple[str, bool]:
+    return cut_lines(text, rules.truncate_over, rules.keep_head, rules.keep_tail, rules.truncated_mark)
+
+
+def cut_lines(text: str, over: int, head: int, tail: int, mark: str) -> tuple[str, bool]:
+    """A text of more than `over` lines as its first `head` and last `tail` with `mark` between, and whether it
+    was cut (StarCoder's rule for issues, StarCoder2's for pull requests)."""
     lines = text.split("\n")
-    if len(lines) <= rules.truncate_over:
+    if len(lines) <= over:
         return text, False
-    return "\n".join([*lines[: rules.keep_head], rules.truncated_mark, *lines[-rules.keep_tail :]]), True
+    return "\n".join([*lines[:head], mark, *lines[-tail:]]), True
+
+
+def bot_drops(bots: list[bool], callers: list[str | None], logins: list[str], rules: Rules) -> list[bool]:
+    """Which events go (step 3): the bots' own, and the event just before a bot's that calls it (`callers[i]`:
+    the text of an event that may call a bot, else None), by a command or by the bot's name."""
+    drop = list(bots)
+    for i in range(1, len(bots)):
+        caller = callers[i - 1]
+        if bots[i] and not bots[i - 1] and caller is not None:
+            if caller.lstrip().startswith(rules.caller_prefix) or logins[i].lower() in caller.lower():
+                drop[i - 1] = True
+    return drop
 
 
 @dataclass
@@ -168,12 +186,7 @@ def clean(thread: Thread, rules: Rules) -> Cleaned:
         texts.append(text)
         truncated += cut
     bots = [is_bot(p.login, p.user_type, rules) for p in posts]
-    drop = list(bots)
-    for i in range(1, len(posts)):  # a human comment that called the bot goes with the bot's reply
-        if bots[i] and not bots[i - 1]:
-            caller = texts[i - 1]
-            if caller.lstrip().startswith(rules.caller_prefix) or posts[i].login.lower() in caller.lower():
-                drop[i - 1] = True
+    drop = bot_drops(bots, list(texts), [p.login for p in posts], rules)
     kept = [(p, t) for p, t, d in zip(posts, texts, drop, strict=True) if not d]
     counts = {"bot_events": sum(drop), "truncated": truncated}
     if not kept:
