@@ -1,13 +1,13 @@
 """Attribution: which training file a piece of text copies, exactly, on the token stream the model trained on.
 
-`build(out)` writes an index of a run's Megatron shards into `<out>/index` (or another folder): one part per
-shard (each a task of the run's executor), each a suffix array of the shard's token stream, so any span of tokens that the shards hold is found
-with its every occurrence; and a table of each token range's file (the repository documents of format are cut
-at their `<file_sep>` tokens, each piece a file of `doc_ids`), with the file's repository, path, SWHID or URL,
-and licenses from the rows format read. `Index(folder).attribute(text)` tokenizes a text with the run's
-tokenizer and returns its maximal spans of at least `min_tokens` tokens that occur in the shards, longest
-first, each with its sources; `Index(folder).search(query)` ranks the files by BM25 (tantivy, MIT), for near
-copies and questions in words, as BigCode's search of The Stack did (a quoted query is a phrase).
+`build(out)` writes an index of a run's Megatron shards into `<out>/index` (or another folder): one part per shard
+(each a task of the run's executor), each a suffix array of the shard's token stream, so any span of tokens that
+the shards hold is found with its every occurrence; and a table of each token range's file (the repository
+documents of format are cut at their `<file_sep>` tokens, each piece a file of `doc_ids`), with the file's
+repository, path, SWHID or URL, and licenses from the rows format read. `Index(folder).attribute(text)` tokenizes a
+text with the run's tokenizer and returns its maximal spans of at least `min_tokens` tokens that occur in the
+shards, longest first, each with its sources; `Index(folder).search(query)` ranks the files by BM25 (tantivy, MIT),
+for near copies and questions in words, as BigCode's search of The Stack did (a quoted query is a phrase).
 
 Why a suffix array over bytes: libdivsufsort (`pydivsufsort`, MIT) builds one in C and searches it in
 microseconds, but over bytes; the shard's `.bin` is the token stream as bytes already, so the array is built on
@@ -66,9 +66,8 @@ def build(out: str | Path, folder: str | Path | None = None, min_tokens: int = M
         tokenizer = out / "tokenizer" / "tokenizer.json"
     shutil.copyfile(tokenizer, folder / "tokenizer.json")
     documents = _documents(out)
-    files = _files(out, documents)
+    files = _files(out, documents, folder / "search")
     pq.write_table(files, folder / "files.parquet")
-    _search_index(out, folder / "search", set(files.column("doc_id").to_pylist()))
     placement = pq.read_table(out / "megatron" / "documents").to_pandas().sort_values(["shard", "position"])
     file_sep = manifest["special_tokens"][tk.FILE_SEP]
     items = []
@@ -97,46 +96,41 @@ def _documents(out: Path) -> dict[int, list[int]]:
     return found
 
 
-def _files(out: Path, documents: dict[int, list[int]]) -> pa.Table:
-    """The sources of every file of the formatted documents, from the rows format read (its input stage)."""
-    wanted = {f for members in documents.values() for f in members}
-    source = StageDir(str(out), "format").completion().get("input")
-    rows: dict[int, dict[str, Any]] = {}
-    folder = out / source if source else None
-    for path in sorted(folder.glob("*.parquet")) if folder and folder.is_dir() else []:
-        schema = pq.read_schema(path)
-        columns = ["doc_id", *(c for c in FILE_COLUMNS if c in schema.names)]
-        for row in pq.read_table(path, columns=columns).to_pylist():
-            if row["doc_id"] in wanted:
-                rows[row["doc_id"]] = row
-    ordered = [{"doc_id": f, **{c: rows.get(f, {}).get(c) for c in FILE_COLUMNS}} for f in sorted(wanted)]
-    schema = pa.schema([("doc_id", pa.int64()), ("repo_name", pa.string()), ("path", pa.string()),
-                        ("swhid", pa.string()), ("origin", pa.string()), ("kind", pa.string()),
-                        ("license_type", pa.string()), ("detected_licenses", pa.list_(pa.string()))])  # fmt: skip
-    return pa.Table.from_pylist(ordered, schema=schema)
+FILE_SCHEMA = pa.schema([("doc_id", pa.int64()), ("repo_name", pa.string()), ("path", pa.string()),
+                         ("swhid", pa.string()), ("origin", pa.string()), ("kind", pa.string()),
+                         ("license_type", pa.string()), ("detected_licenses", pa.list_(pa.string()))])  # fmt: skip
 
 
-def _search_index(out: Path, folder: Path, wanted: set[int]) -> None:
-    """The BM25 index of the files' texts (rebuilt whole: it is small beside the suffix arrays)."""
+def _files(out: Path, documents: dict[int, list[int]], search: Path) -> pa.Table:
+    """The sources of every file of the formatted documents, from the rows format read (its input stage), read
+    once: their columns for the table, their text into the BM25 index at `search` (rebuilt whole: it is small
+    beside the suffix arrays)."""
     import tantivy
 
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    wanted = {f for members in documents.values() for f in members}
+    shutil.rmtree(search, ignore_errors=True)
+    search.mkdir(parents=True)
     builder = tantivy.SchemaBuilder()
     builder.add_integer_field("doc_id", stored=True, indexed=True)
     builder.add_text_field("content", stored=False)
-    index = tantivy.Index(builder.build(), path=str(folder))
-    writer = index.writer()
+    writer = tantivy.Index(builder.build(), path=str(search)).writer()
     source = StageDir(str(out), "format").completion().get("input")
-    stage = out / source if source else None
-    for path in sorted(stage.glob("*.parquet")) if stage and stage.is_dir() else []:
-        for batch in pq.ParquetFile(path).iter_batches(columns=["doc_id", "content"], batch_size=1024):
-            for doc_id, text in zip(batch.column("doc_id").to_pylist(), batch.column("content").to_pylist(),
-                                    strict=True):  # fmt: skip
-                if doc_id in wanted and text:
-                    writer.add_document(tantivy.Document(doc_id=doc_id, content=text))
+    folder = out / source if source else None
+    rows: dict[int, dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.parquet")) if folder and folder.is_dir() else []:
+        names = pq.read_schema(path).names
+        columns = ["doc_id", "content", *(c for c in FILE_COLUMNS if c in names)]
+        for batch in pq.ParquetFile(path).iter_batches(columns=columns, batch_size=1024):
+            for row in batch.to_pylist():
+                if row["doc_id"] in wanted:
+                    text = row.pop("content")
+                    rows[row["doc_id"]] = row
+                    if text:
+                        writer.add_document(tantivy.Document(doc_id=row["doc_id"], content=text))
     writer.commit()
     writer.wait_merging_threads()
+    ordered = [{"doc_id": f, **{c: rows.get(f, {}).get(c) for c in FILE_COLUMNS}} for f in sorted(wanted)]
+    return pa.Table.from_pylist(ordered, schema=FILE_SCHEMA)
 
 
 def _part(prefix: Path, folder: Path, sha256: str, doc_ids: list[int], documents: dict[int, list[int]],
@@ -203,10 +197,13 @@ class Span:
 
 class _Part:
     def __init__(self, folder: Path, info: dict[str, Any]) -> None:
-        self.data = np.fromfile(info["bin"], dtype=np.uint8)
+        # mapped, not read: a query touches a few pages of each; copy-on-write, as the search takes no read-only
+        # array (nothing writes to them)
+        empty = Path(info["bin"]).stat().st_size == 0  # a shard with no document: nothing to map
+        self.data = np.zeros(0, np.uint8) if empty else np.memmap(info["bin"], dtype=np.uint8, mode="c")
         self.width = np.dtype(info["dtype"]).itemsize
         self.dtype = np.dtype(info["dtype"]).newbyteorder("<")
-        self.sa = np.load(folder / "sa.npy")
+        self.sa = np.load(folder / "sa.npy") if empty else np.load(folder / "sa.npy", mmap_mode="c")
         segments = pq.read_table(folder / "segments.parquet")
         self.starts = segments.column("start").to_numpy()
         self.files = segments.column("file_id").to_numpy()
