@@ -54,6 +54,7 @@ SCAN_SCHEMA = pa.schema(
     ]
 )
 _FILTERS = filters_dir() / "licenses"
+LICENSE_FILES = str(_FILTERS / "license_file_patterns_v1.txt")  # the-stack-v2's license-like file names
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,9 +67,7 @@ class LicenseConfig:
         str(_FILTERS / "ignore_if_permissive_v1.txt"), "ids ignored when a permissive id is also found", path=True
     )
     detection: str = option("stack_v2", "ScanCode mode: stack_v2 (exact matching, as The Stack v2) or full")
-    file_pattern: str = option(
-        str(_FILTERS / "license_file_patterns_v1.txt"), "regex (one line) matching license-like file names", path=True
-    )
+    file_pattern: str = option(LICENSE_FILES, "regex (one line) matching license-like file names", path=True)
     keep: tuple[str, ...] = option(("permissive", "no_license"), "license types to keep (The Stack v2: these two)")
     trust_metadata: bool = option(True, "keep a license_type already in the input (The Stack v2 metadata)")
     opt_out: tuple[str, ...] = option((), "opt-out lists (files or http(s) URLs): owner/repo or owner per line")
@@ -83,7 +82,9 @@ class LicenseConfig:
             raise ValueError(f"keep: unknown license type '{bad[0]}' (types: {', '.join(LICENSE_TYPES)})")
 
 
-def _read_pattern(path: str) -> re.Pattern[str]:
+@functools.cache
+def read_pattern(path: str = LICENSE_FILES) -> re.Pattern[str]:
+    """The regex of license-like file names in `path` (one line; the-stack-v2's by default)."""
     lines = read_name_list(path, what="license file pattern")
     if len(lines) != 1:
         raise StackcurateError(f"{path} must hold exactly one regex line")
@@ -98,7 +99,7 @@ class LicenseScanStage(RecordStage):
 
     def __init__(self, cfg: LicenseConfig) -> None:
         super().__init__(cfg)
-        self.pattern = _read_pattern(cfg.file_pattern)
+        self.pattern = read_pattern(cfg.file_pattern)
 
     def schema_after(self, schema: pa.Schema) -> pa.Schema:
         return SCAN_SCHEMA
@@ -133,7 +134,7 @@ def scan(cfg: LicenseConfig, ctx: StageContext) -> LicenseConfig:
     if cfg.detections is not None:
         return cfg
     # The scan reads only license-like files: straight from the content store when ingest runs fused before.
-    names = _read_pattern(cfg.file_pattern).pattern
+    names = read_pattern(cfg.file_pattern).pattern
     uri = ctx.run_pass("license_scan", functools.partial(LicenseScanStage, cfg), output_settings(cfg), names)
     return dataclasses.replace(cfg, detections=uri)
 

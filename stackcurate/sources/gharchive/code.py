@@ -15,7 +15,6 @@ files at the root of the base (the license stage's pattern and detection, as The
 stage then classifies as a file's.
 """
 
-import re
 import shutil
 import subprocess
 import tarfile
@@ -24,11 +23,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from stackcurate.core.paths import filters_dir
-from stackcurate.core.tables import read_name_list
-from stackcurate.sources.trees import git, member_problem
-
-LICENSE_FILES = filters_dir() / "licenses" / "license_file_patterns_v1.txt"
+from stackcurate.sources.trees import BlobReader, git, member_problem
+from stackcurate.stages.license import read_pattern
 
 
 @dataclass(frozen=True)
@@ -117,40 +113,17 @@ def _has(git_dir: str, rev: str) -> bool:
 
 
 def _changes(git_dir: str, base: str, head: str) -> list[Change]:
-    listing = git(git_dir, "diff", "--no-renames", "--no-ext-diff", "--diff-filter=M", "--name-only", "-z", base, head)
-    paths = [p.decode("utf-8", "surrogateescape") for p in listing.split(b"\0") if p]
-    if not paths:
+    """The files `head` modifies against `base`, read by blob id (`--raw` names them: any path works)."""
+    listing = git(git_dir, "diff", "--raw", "-z", "--no-abbrev", "--no-renames", "--no-ext-diff", "--diff-filter=M",
+                  base, head).decode("utf-8", "surrogateescape").split("\0")  # fmt: skip
+    modified = [(path, meta.split()[2:4]) for meta, path in zip(listing[0::2], listing[1::2], strict=False) if meta]
+    if not modified:
         return []
-    wanted = [f"{rev}:{path}" for path in paths for rev in (base, head)]
-    blobs = _read_blobs(git_dir, wanted)
-    return [Change(path, blobs[2 * i], blobs[2 * i + 1]) for i, path in enumerate(paths)]
-
-
-def _read_blobs(git_dir: str, names: list[str]) -> list[bytes]:
-    """The contents of `rev:path` names, in order, through one `git cat-file --batch` (a name git cannot find
-    gives empty contents: a submodule, a type change)."""
-    stdin = "".join(f"{n}\n" for n in names).encode("utf-8", "surrogateescape")
-    command = ["git", "-c", "safe.directory=*", "--git-dir", git_dir, "cat-file", "--batch"]
-    out = subprocess.run(command, input=stdin, capture_output=True, check=True).stdout
-    blobs, at = [], 0
-    for _ in names:
-        end = out.index(b"\n", at)
-        header = out[at:end].split()
-        at = end + 1
-        if len(header) < 3 or header[1] != b"blob":
-            blobs.append(b"")
-            if len(header) >= 3:
-                at += int(header[2]) + 1
-            continue
-        size = int(header[2])
-        blobs.append(out[at : at + size])
-        at += size + 1
-    return blobs
-
-
-@cache
-def _license_pattern() -> re.Pattern[str]:
-    return re.compile(read_name_list(str(LICENSE_FILES), what="license file pattern")[0], re.IGNORECASE)
+    reader = BlobReader(git_dir)
+    try:  # an object the repository lacks (a submodule's commit) reads as empty, as git shows it
+        return [Change(path, reader.read(old) or b"", reader.read(new) or b"") for path, (old, new) in modified]
+    finally:
+        reader.close()
 
 
 def root_licenses(git_dir: str, rev: str) -> list[str]:
@@ -162,7 +135,7 @@ def root_licenses(git_dir: str, rev: str) -> list[str]:
         if not meta or meta.split()[1] != b"blob":
             continue
         path = name.decode("utf-8", "surrogateescape")
-        if _license_pattern().match(path):
+        if read_pattern().match(path):
             found.update(_detect(git_dir, meta.split()[2].decode()))
     return sorted(found)
 
@@ -171,5 +144,9 @@ def root_licenses(git_dir: str, rev: str) -> list[str]:
 def _detect(git_dir: str, blob: str) -> tuple[str, ...]:  # a license file shared by many revisions: read once
     from stackcurate.stages import license_detect
 
-    text = _read_blobs(git_dir, [blob])[0].decode("utf-8", "replace")
+    reader = BlobReader(git_dir)
+    try:
+        text = (reader.read(blob) or b"").decode("utf-8", "replace")
+    finally:
+        reader.close()
     return tuple(license_detect.detect(text, "stack_v2"))

@@ -16,11 +16,11 @@ import pyarrow.parquet as pq
 from stackcurate.core import io, shuffle
 from stackcurate.core.contract import StageContext
 from stackcurate.core.phases import Phases
-from stackcurate.core.tables import read_name_list
 from stackcurate.sources import fetch
-from stackcurate.sources.gharchive.code import LICENSE_FILES, Change
+from stackcurate.sources.gharchive.code import Change
 from stackcurate.stages.graph import diff, export_tables
 from stackcurate.stages.graph import walk as w
+from stackcurate.stages.license import read_pattern
 
 if TYPE_CHECKING:
     from stackcurate.stages.ingest import IngestConfig
@@ -73,7 +73,7 @@ def run(cfg: "IngestConfig", ctx: StageContext, phases: Phases, partitions: int)
     phases.run("graph-roots", diff.roots_task, parts, bar=False)
     each_file("directory_entry", w.entries_task)
     phases.run("graph-sort", w.sort_entries_task, parts, bar=False)
-    pattern = read_name_list(str(LICENSE_FILES), what="license file pattern")[0]
+    pattern = read_pattern().pattern
     with phases.rounds("gharchive pull requests' code, by depth") as rounds:
         for depth in range(diff.MAX_DEPTH):
             rounds.run(f"graph-expand-{depth}", diff.expand_task, [(walk, depth, p) for p in range(partitions)])
