@@ -36,7 +36,7 @@ from stackcurate.core.errors import StackcurateError
 from stackcurate.core.paths import rules_file
 from stackcurate.sources.base import RawBatch, Source
 from stackcurate.sources.gharchive.code import extract_bundle, root_licenses
-from stackcurate.sources.trees import swhid_from_name
+from stackcurate.sources.trees import BlobReader, git, swhid_from_name
 from stackcurate.stages.license import read_opt_out
 
 COMMIT = "commit"
@@ -108,32 +108,6 @@ def _log(repo: str) -> str:
             return done.stdout.decode("utf-8", "surrogateescape")
     said = done.stderr.decode("utf-8", "replace").strip().splitlines()
     raise RuntimeError(f"git log failed: {said[-1] if said else f'exit status {done.returncode}'}")
-
-
-class _Blobs:
-    """Reads blobs by id through one `git cat-file --batch` process (by id, not `rev:path`: a path may hold any
-    character, the protocol is one name a line)."""
-
-    def __init__(self, repo: str) -> None:
-        self.proc = subprocess.Popen(["git", "-C", repo, "cat-file", "--batch"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE)  # fmt: skip
-
-    def read(self, blob: str) -> bytes | None:
-        """The blob's bytes; None when the repository does not hold it."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"{blob}\n".encode())
-        self.proc.stdin.flush()
-        header = self.proc.stdout.readline().split()
-        if len(header) != 3:  # `<id> missing`
-            return None
-        data = self.proc.stdout.read(int(header[2]))
-        self.proc.stdout.read(1)  # the newline after the object
-        return data
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait()
 
 
 def _chance(seed: int, *key: str) -> random.Random:
@@ -235,7 +209,7 @@ class GitHistory(Source):
     def _commits(self, batch: RawBatch, repo: str, rules: dict[str, Any], enry: Any) -> Iterator[pa.Table]:
         head = _head(repo)
         batch.common["detected_licenses"] = root_licenses(_git_dir(repo), head) if head else []
-        blobs = _Blobs(repo)
+        blobs = BlobReader(_git_dir(repo))
         seen: set[str] = set()
         try:
             for change in changes(repo):
@@ -251,7 +225,7 @@ class GitHistory(Source):
         if batch.rows:
             yield batch.flush()
 
-    def _add(self, batch: RawBatch, blobs: _Blobs, change: Change, rules: dict[str, Any], common: dict[str, Any],
+    def _add(self, batch: RawBatch, blobs: BlobReader, change: Change, rules: dict[str, Any], common: dict[str, Any],
              enry: Any) -> bool:  # fmt: skip
         """Add the commit's record, kept or removed; whether it was kept."""
         if change.new_blob is None:  # deleted by the commit
@@ -314,9 +288,10 @@ def _git_dir(repo: str) -> str:
 
 def _head(repo: str) -> str | None:
     """The commit the repository's HEAD names (its licenses are read there), or None in an empty repository."""
-    done = subprocess.run(["git", "--git-dir", _git_dir(repo), "rev-parse", "--verify", "-q", "HEAD"],
-                          capture_output=True, text=True)  # fmt: skip
-    return done.stdout.strip() or None
+    try:
+        return git(_git_dir(repo), "rev-parse", "--verify", "-q", "HEAD").decode().strip() or None
+    except subprocess.CalledProcessError:
+        return None
 
 
 def _repo_name(repo: str) -> str:

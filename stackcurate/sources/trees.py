@@ -96,6 +96,33 @@ def git(git_dir: str, *args: str) -> bytes:
     ).stdout
 
 
+class BlobReader:
+    """Reads objects by id through one `git cat-file --batch` process (by id, not `rev:path`: a path may hold any
+    character, newlines included, and the protocol is one name a line)."""
+
+    def __init__(self, git_dir: str) -> None:
+        self.proc = subprocess.Popen(["git", *_GIT_SAFE, "--git-dir", git_dir, "cat-file", "--batch"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})  # fmt: skip
+
+    def read(self, oid: str) -> bytes | None:
+        """The object's bytes; None when the repository does not hold it."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{oid}\n".encode())
+        self.proc.stdin.flush()
+        header = self.proc.stdout.readline().split()
+        if len(header) != 3:  # `<id> missing`
+            return None
+        data = self.proc.stdout.read(int(header[2]))
+        self.proc.stdout.read(1)  # the newline after the object
+        return data
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait()
+
+
 def read_git_tree(git_dir: str, rev: str, batch: RawBatch, limits: Limits) -> Iterator[pa.Table]:
     """Yield the blobs of `rev`'s tree, in `git ls-tree` (path) order, through one `git cat-file --batch`."""
     try:

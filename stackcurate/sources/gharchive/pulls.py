@@ -466,17 +466,12 @@ def clean(pr: PullRequest, rules: dict[str, Any], bot_rules: threads.Rules, code
     if base is None or not pr.heads:
         return Result(None, "pr_code_not_found", "GH Archive names no base or head revision")
     thread = f"{pr.repo}#{pr.number}"
-    changes = code.files(pr.repo, base, pr.heads)
+    changes, licenses = code.files(pr.repo, base, pr.heads), lambda: code.licenses(pr.repo, base)
     if changes is None and graph is not None:
-        changes = graph.files(thread, pr.heads)
-        if changes is not None:
-            result = render(pr, changes, rules, bot_rules, seed)
-            return result if result.text is None else replace(result, licenses=graph.licenses(thread))
+        changes, licenses = graph.files(thread, pr.heads), lambda: graph.licenses(thread)
     if changes is None:
         where = "no repository of --gharchive-code" if code.git_dirs(pr.repo) == [] else "no repository found"
         where += " nor the graph export" if graph is not None else ""
         return Result(None, "pr_code_not_found", f"{where} holds its base and head revisions")
     result = render(pr, changes, rules, bot_rules, seed)
-    if result.text is None:
-        return result
-    return replace(result, licenses=code.licenses(pr.repo, base))
+    return result if result.text is None else replace(result, licenses=licenses())
