@@ -37,8 +37,7 @@ demo: install
 	stackcurate generate work/demo/train/checkpoint-600 --prompt "def main():\n    " --max-new-tokens 48 \
 		| tee work/demo/generated.txt
 	@# which training files the generation copies (docs/attribution.md)
-	stackcurate index work/demo
-	stackcurate attribute work/demo/index --file work/demo/generated.txt --min-tokens 8
+	stackcurate attribute work/demo --file work/demo/generated.txt --min-tokens 8
 
 test: install-dev
 	RAY_USAGE_STATS_ENABLED=0 RAY_DATA_DISABLE_PROGRESS_BARS=1 $(PYTHON) -m pytest -q

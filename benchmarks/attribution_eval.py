@@ -102,7 +102,7 @@ def variants(rng: random.Random, text: str) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", type=Path, help="a run folder with its index (stackcurate index OUT)")
+    parser.add_argument("out", type=Path, help="a run folder with its index (its index stage finished)")
     parser.add_argument("--absent", type=Path, nargs="+", required=True, help="folders of code not in the run")
     parser.add_argument("--queries", type=int, default=100, help="queries of each kind")
     parser.add_argument("--chars", type=int, default=400)

@@ -1,10 +1,11 @@
 """Attribution: which training file a piece of text copies, exactly, on the token stream the model trained on.
 
-`build(out)` writes an index of a run's Megatron shards into `<out>/index` (or another folder): one part per shard
-(each a task of the run's executor), each a suffix array of the shard's token stream, so any span of tokens that
-the shards hold is found with its every occurrence; and a table of each token range's file (the repository
-documents of format are cut at their `<file_sep>` tokens, each piece a file of `doc_ids`), with the file's
-repository, path, SWHID or URL, and licenses from the rows format read. `Index(folder).attribute(text)` tokenizes a
+The index stage (stages/index.py) writes an index of a run's Megatron shards into `<out>/index`: one part per
+shard (`build_part`, a shard of the stage, on the run's workers), a suffix array of the shard's token stream, so
+any span of tokens that the shards hold is found with its every occurrence, and the file of each token range (its
+segments: the repository documents of format are cut at their `<file_sep>` tokens, each piece a file of
+`doc_ids`); then `write_catalog` adds each file's repository, path, SWHID or URL, and licenses from the rows
+format read, and their text's BM25 index. `Index(folder).attribute(text)` tokenizes a
 text with the run's tokenizer and returns its maximal spans of at least `min_tokens` tokens that occur in the
 shards, longest first, each with its sources; `Index(folder).search(query)` ranks the files by BM25 (tantivy, MIT),
 for near copies and questions in words, as BigCode's search of The Stack did (a quoted query is a phrase).
@@ -17,8 +18,8 @@ A hit is then an exact copy of the tokens, never a hash collision (Data Portrait
 positives and a 50-character floor). infini-gram does the same over token ids; its package forbids commercial
 use, so this is written here.
 
-The index is resumable and incremental: a part is written once per shard (its `.bin`'s SHA-256 in its
-`part.json`), and a rebuild after a run added shards writes only the new parts.
+The index is resumable (a stage: finished parts are kept) and incremental: a rebuild after the shards changed
+takes the suffix array of every shard whose bytes (SHA-256) an earlier part indexed.
 """
 
 import json
@@ -30,10 +31,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stackcurate.core import megatron
-from stackcurate.core import tokens as tk
+from stackcurate.core.contract import SHARD_DIGITS
 from stackcurate.core.errors import StackcurateError
 from stackcurate.core.layout import StageDir
 
@@ -45,37 +47,90 @@ SEGMENTS = pa.schema([("start", pa.int64()), ("end", pa.int64()), ("file_id", pa
 FILE_COLUMNS = ("repo_name", "path", "swhid", "origin", "kind", "license_type", "detected_licenses")
 
 
+FOLDER = "attribution"  # in a run folder: the index (the index stage's rows, in `index/`, are its segments)
+
+
 def default_folder(out: str | Path) -> Path:
-    return Path(out) / "index"
+    return Path(out) / FOLDER
 
 
-def build(out: str | Path, folder: str | Path | None = None, min_tokens: int = MIN_TOKENS,
-          executor: Any = None) -> dict[str, Any]:  # fmt: skip
-    """Index the run `out` into `folder` (default `<out>/index`), its parts as tasks of `executor` (a run's
-    executor, runners/: one part per task, on the run's workers; None: in this process); returns the index's
-    description."""
-    out = Path(out)
-    folder = Path(folder) if folder is not None else default_folder(out)
-    manifest_path = out / "megatron" / "manifest.json"
-    if not manifest_path.is_file():
-        raise StackcurateError(f"{out} has no Megatron shards (megatron/manifest.json); run tokenize first")
-    manifest = json.loads(manifest_path.read_text())
+def part_folder(folder: str | Path, number: int) -> Path:
+    """Part `number`: its suffix array and segments."""
+    return Path(folder) / f"part-{number:0{SHARD_DIGITS}d}"
+
+
+def shard_documents(out: Path, number: int) -> tuple[list[int], dict[int, list[int]]]:
+    """The doc_ids of Megatron shard `number` in their order there, and each one's files (format's `doc_ids`)."""
+    placement = pq.read_table(out / "megatron" / "documents", filters=[("shard", "=", number)],
+                              columns=["position", "doc_id"]).sort_by("position")  # fmt: skip
+    doc_ids = placement.column("doc_id").to_pylist()
+    wanted = pa.array(doc_ids, pa.int64())
+    found: dict[int, list[int]] = {}
+    for path in sorted((out / "format").glob("*.parquet")):
+        table = pq.read_table(path, columns=["doc_id", "doc_ids"])
+        mine = pc.is_in(table.column("doc_id"), value_set=wanted)  # pyright: ignore[reportAttributeAccessIssue]
+        table = table.filter(mine)
+        for doc_id, members in zip(table.column("doc_id").to_pylist(), table.column("doc_ids").to_pylist(),
+                                   strict=True):  # fmt: skip
+            found[doc_id] = members or [doc_id]
+    if doc_ids and not found:
+        raise StackcurateError(f"{out} has no format output to name the shards' documents; run format first")
+    return doc_ids, found
+
+
+def build_part(prefix: Path, folder: Path, sha256: str, doc_ids: list[int], documents: dict[int, list[int]],
+               file_sep: int, reuse: Path | None = None) -> tuple[pa.Table, dict[str, Any]]:  # fmt: skip
+    """One shard's part: its suffix array, written to `folder`, and the file of each token range (its segments,
+    returned). A suffix array of the same shard bytes under `reuse/<sha256>` (an earlier index) is taken, not
+    rebuilt."""
+    dtype, lengths, _ = megatron.read_index(Path(f"{prefix}.idx").read_bytes(), f"{prefix}.idx")
+    data = np.fromfile(f"{prefix}.bin", dtype=np.uint8)
+    tokens = data.view(dtype.newbyteorder("<"))
+    starts = (np.cumsum(lengths) - lengths).astype(np.int64)
+    seps = np.flatnonzero(tokens == file_sep)
+    segments: list[tuple[int, int, int, int]] = []
+    for start, length, doc_id in zip(starts.tolist(), lengths.tolist(), doc_ids, strict=True):
+        members = documents.get(doc_id, [doc_id])
+        inside = seps[(seps >= start) & (seps < start + length)].tolist()
+        if len(members) > 1 and len(inside) == len(members):  # a repository: each file from its `<file_sep>`
+            bounds = [start, *inside[1:], start + length]
+            segments += [(bounds[i], bounds[i + 1], members[i], doc_id) for i in range(len(members))]
+        else:
+            segments.append((start, start + length, members[0], doc_id))
+    table = pa.table({n: [s[i] for s in segments] for i, n in enumerate(SEGMENTS.names)}, schema=SEGMENTS)
     folder.mkdir(parents=True, exist_ok=True)
+    earlier = reuse / sha256 / "sa.npy" if reuse is not None else None
+    partial = folder / "sa.npy.tmp"  # renamed once whole: a worker that dies leaves no half array behind
+    if earlier is not None and earlier.is_file():
+        shutil.copyfile(earlier, partial)
+    else:
+        from pydivsufsort import divsufsort
+
+        with partial.open("wb") as f:
+            np.save(f, divsufsort(data))
+    partial.replace(folder / "sa.npy")
+    pq.write_table(table, folder / "segments.parquet")
+    info = {"shard": prefix.name, "bin": str(prefix) + ".bin", "bin_sha256": sha256, "dtype": dtype.name,
+            "tokens": int(tokens.size), "sequences": int(lengths.size)}  # fmt: skip
+    (folder / "part.json").write_text(json.dumps(info))
+    return table, info
+
+
+def write_catalog(out: Path, folder: Path, min_tokens: int, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the parts share: the tokenizer, the table of files, the BM25 index of their text, and `index.json`
+    (written last: an index without it is not one). Returns the index's description."""
+    manifest = json.loads((out / "megatron" / "manifest.json").read_text())
     tokenizer = Path(manifest["tokenizer"]) / "tokenizer.json"
     if not tokenizer.is_file():
         tokenizer = out / "tokenizer" / "tokenizer.json"
     shutil.copyfile(tokenizer, folder / "tokenizer.json")
-    documents = _documents(out)
-    files = _files(out, documents, folder / "search")
-    pq.write_table(files, folder / "files.parquet")
-    placement = pq.read_table(out / "megatron" / "documents").to_pandas().sort_values(["shard", "position"])
-    file_sep = manifest["special_tokens"][tk.FILE_SEP]
-    items = []
-    for number, shard in enumerate(manifest["shards"]):
-        doc_ids = placement.loc[placement["shard"] == number, "doc_id"].tolist()
-        items.append((out / "megatron" / shard["shard"], folder / f"part-{number:05d}", shard["bin_sha256"],
-                      doc_ids, {d: documents.get(d, [d]) for d in doc_ids}, file_sep))  # fmt: skip
-    parts = executor.map(_part, items, "index parts") if executor is not None else [_part(*item) for item in items]
+    wanted: set[int] = set()
+    for number in range(len(parts)):
+        segments = pq.read_table(part_folder(folder, number) / "segments.parquet", columns=["file_id"])
+        wanted.update(segments.column("file_id").to_pylist())
+    files = _files(out, wanted, folder / "search")
+    (folder / "files").mkdir(exist_ok=True)  # a folder of Parquet, as DuckDB and dataframes read one
+    pq.write_table(files, folder / "files" / "files.parquet")
     info = {"format": FORMAT, "version": VERSION, "run": str(out.resolve()), "min_tokens": min_tokens,
             "eod_id": manifest["eod_id"], "parts": parts, "tokens": sum(p["tokens"] for p in parts),
             "files": files.num_rows}  # fmt: skip
@@ -83,31 +138,17 @@ def build(out: str | Path, folder: str | Path | None = None, min_tokens: int = M
     return info
 
 
-def _documents(out: Path) -> dict[int, list[int]]:
-    """Each formatted document's files (`doc_ids`, in text order)."""
-    found: dict[int, list[int]] = {}
-    for path in sorted((out / "format").glob("*.parquet")):
-        table = pq.read_table(path, columns=["doc_id", "doc_ids"])
-        for doc_id, members in zip(table.column("doc_id").to_pylist(), table.column("doc_ids").to_pylist(),
-                                   strict=True):  # fmt: skip
-            found[doc_id] = members or [doc_id]
-    if not found:
-        raise StackcurateError(f"{out} has no format output to name the shards' documents; run format first")
-    return found
-
-
 FILE_SCHEMA = pa.schema([("doc_id", pa.int64()), ("repo_name", pa.string()), ("path", pa.string()),
                          ("swhid", pa.string()), ("origin", pa.string()), ("kind", pa.string()),
                          ("license_type", pa.string()), ("detected_licenses", pa.list_(pa.string()))])  # fmt: skip
 
 
-def _files(out: Path, documents: dict[int, list[int]], search: Path) -> pa.Table:
-    """The sources of every file of the formatted documents, from the rows format read (its input stage), read
-    once: their columns for the table, their text into the BM25 index at `search` (rebuilt whole: it is small
-    beside the suffix arrays)."""
+def _files(out: Path, wanted: set[int], search: Path) -> pa.Table:
+    """The sources of the files `wanted`, from the rows format read (its input stage), read once: their columns
+    for the table, their text into the BM25 index at `search` (rebuilt whole: it is small beside the suffix
+    arrays)."""
     import tantivy
 
-    wanted = {f for members in documents.values() for f in members}
     shutil.rmtree(search, ignore_errors=True)
     search.mkdir(parents=True)
     builder = tantivy.SchemaBuilder()
@@ -131,38 +172,6 @@ def _files(out: Path, documents: dict[int, list[int]], search: Path) -> pa.Table
     writer.wait_merging_threads()
     ordered = [{"doc_id": f, **{c: rows.get(f, {}).get(c) for c in FILE_COLUMNS}} for f in sorted(wanted)]
     return pa.Table.from_pylist(ordered, schema=FILE_SCHEMA)
-
-
-def _part(prefix: Path, folder: Path, sha256: str, doc_ids: list[int], documents: dict[int, list[int]],
-          file_sep: int) -> dict[str, Any]:  # fmt: skip
-    """One shard's part: its suffix array and the file of each token range (skipped when already built)."""
-    done = folder / "part.json"
-    if done.is_file() and json.loads(done.read_text()).get("bin_sha256") == sha256:
-        return json.loads(done.read_text())
-    dtype, lengths, _ = megatron.read_index(Path(f"{prefix}.idx").read_bytes(), f"{prefix}.idx")
-    data = np.fromfile(f"{prefix}.bin", dtype=np.uint8)
-    tokens = data.view(dtype.newbyteorder("<"))
-    starts = (np.cumsum(lengths) - lengths).astype(np.int64)
-    seps = np.flatnonzero(tokens == file_sep)
-    segments: list[tuple[int, int, int, int]] = []
-    for start, length, doc_id in zip(starts.tolist(), lengths.tolist(), doc_ids, strict=True):
-        members = documents.get(doc_id, [doc_id])
-        inside = seps[(seps >= start) & (seps < start + length)].tolist()
-        if len(members) > 1 and len(inside) == len(members):  # a repository: each file from its `<file_sep>`
-            bounds = [start, *inside[1:], start + length]
-            segments += [(bounds[i], bounds[i + 1], members[i], doc_id) for i in range(len(members))]
-        else:
-            segments.append((start, start + length, members[0], doc_id))
-    folder.mkdir(parents=True, exist_ok=True)
-    table = pa.table({n: [s[i] for s in segments] for i, n in enumerate(SEGMENTS.names)}, schema=SEGMENTS)
-    pq.write_table(table, folder / "segments.parquet")
-    from pydivsufsort import divsufsort
-
-    np.save(folder / "sa.npy", divsufsort(data))
-    info = {"shard": prefix.name, "bin": str(prefix) + ".bin", "bin_sha256": sha256, "dtype": dtype.name,
-            "tokens": int(tokens.size), "sequences": int(lengths.size)}  # fmt: skip
-    done.write_text(json.dumps(info))
-    return info
 
 
 @dataclass(frozen=True)
@@ -196,15 +205,16 @@ class Span:
 
 
 class _Part:
-    def __init__(self, folder: Path, info: dict[str, Any]) -> None:
+    def __init__(self, folder: Path, number: int, info: dict[str, Any]) -> None:
         # mapped, not read: a query touches a few pages of each; copy-on-write, as the search takes no read-only
         # array (nothing writes to them)
         empty = Path(info["bin"]).stat().st_size == 0  # a shard with no document: nothing to map
         self.data = np.zeros(0, np.uint8) if empty else np.memmap(info["bin"], dtype=np.uint8, mode="c")
         self.width = np.dtype(info["dtype"]).itemsize
         self.dtype = np.dtype(info["dtype"]).newbyteorder("<")
-        self.sa = np.load(folder / "sa.npy") if empty else np.load(folder / "sa.npy", mmap_mode="c")
-        segments = pq.read_table(folder / "segments.parquet")
+        sa = part_folder(folder, number) / "sa.npy"
+        self.sa = np.load(sa) if empty else np.load(sa, mmap_mode="c")
+        segments = pq.read_table(part_folder(folder, number) / "segments.parquet", columns=["start", "file_id"])
         self.starts = segments.column("start").to_numpy()
         self.files = segments.column("file_id").to_numpy()
 
@@ -228,16 +238,18 @@ class Index:
 
     def __init__(self, folder: str | Path) -> None:
         folder = Path(folder)
+        if not (folder / "index.json").is_file() and (default_folder(folder) / "index.json").is_file():
+            folder = default_folder(folder)  # a run folder: its index
         info_path = folder / "index.json"
         if not info_path.is_file():
             raise StackcurateError(f"{folder} is not an attribution index (no index.json); build one with "
-                                   "`stackcurate index OUT`")  # fmt: skip
+                                   "`stackcurate index --out OUT`")  # fmt: skip
         self.info = json.loads(info_path.read_text())
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        self.parts = [_Part(folder / f"part-{i:05d}", p) for i, p in enumerate(self.info["parts"])]
-        files = pq.read_table(folder / "files.parquet").to_pylist()
+        self.parts = [_Part(folder, i, p) for i, p in enumerate(self.info["parts"])]
+        files = pq.read_table(folder / "files").to_pylist()
         self.sources = {r["doc_id"]: Source(**r) for r in files}
         self.min_tokens = int(self.info["min_tokens"])
         self.folder = folder

@@ -10,8 +10,8 @@ examples:
   stackcurate stats work/x                            # documents, bytes and the share kept, per stage
   stackcurate query work/x "select language, count(*) from pii group by 1"
   stackcurate purge work/x                            # drop the unredacted text once pii has finished
-  stackcurate index work/x                            # which training file a generation copies:
-  stackcurate attribute work/x/index --file gen.txt   #   its spans, with their files and licenses
+  stackcurate index --out work/x                      # which training file a generation copies:
+  stackcurate attribute work/x --file gen.txt   #   its spans, with their files and licenses
 
 Stages run on an embedded local Ray by default; --ray-address HOST:PORT (or RAY_ADDRESS) runs them on an
 existing cluster, --runner local in this process. Each run saves its resolved config as _config.yaml in the

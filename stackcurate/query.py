@@ -34,6 +34,8 @@ def connect(out: str | Path) -> tuple[duckdb.DuckDBPyConnection, list[str]]:
         folders += [(f"{stage}_{kind}", root / TABLES[kind] / stage) for kind in ("removed", "errors")]
         if stage == "tokenize":  # where each document went in the Megatron shards
             folders.append(("tokenize_documents", root / "megatron" / "documents"))  # TokenizeStage.folders
+        if stage == "index":  # the files of the attribution index: repository, path, SWHID, licenses
+            folders.append(("index_files", root / "attribution" / "files"))  # IndexStage.folders
         for view, sub in folders:
             if any(sub.glob("*.parquet")):
                 glob = _sql_str(str(sub / "*.parquet"))

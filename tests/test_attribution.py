@@ -4,6 +4,7 @@ maximal spans, the file and repository of each hit, and the CLI."""
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -45,9 +46,9 @@ def run(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         f"  ingest: {{repos: {[str(root / 'repos' / r) for r in repos]}}}\n"
         "  format: {fim_rate: 0.0}\n"
         "  tokenize: {vocab_size: 400, shard_mb: 0.004}\n"
+        "  index: {}\n"
     )
     assert main(["run", str(pipeline), "--runner", "local", "--no-progress"]) == 0
-    assert main(["index", str(root / "out"), "--runner", "local"]) == 0
     return root / "out", files
 
 
@@ -63,7 +64,7 @@ def test_counts_equal_a_brute_force_scan_of_the_shards(run):
     assert sum(s["documents"] > 0 for s in manifest["shards"]) >= 2  # several parts answer
     shards = [out / "megatron" / s["shard"] for s in manifest["shards"] if s["documents"]]
     streams = [np.concatenate(read_megatron(shard)).astype(np.int64) for shard in shards]
-    index = attribution.Index(out / "index")
+    index = attribution.Index(out)
     rng = np.random.default_rng(0)
     checked = 0
     for _ in range(300):
@@ -80,7 +81,7 @@ def test_counts_equal_a_brute_force_scan_of_the_shards(run):
 
 def test_a_copied_file_span_is_found_with_its_file_and_repository(run):
     out, files = run
-    index = attribution.Index(out / "index")
+    index = attribution.Index(out)
     text = files["zenith/pkg/mod_3.py"]
     copied = text[40:700]
     generation = "x = compute()\nprint('not from the training set, just around it')\n" + copied + "\n# end\n"
@@ -95,7 +96,7 @@ def test_a_copied_file_span_is_found_with_its_file_and_repository(run):
 
 def test_a_span_every_file_holds_counts_them_all_and_new_code_matches_nothing(run):
     out, files = run
-    index = attribution.Index(out / "index")
+    index = attribution.Index(out)
     (span,) = index.attribute("\n\ndef shared_helper(value):\n    return value.strip().lower()\n\n", min_tokens=8)
     assert span.documents == len(files) == span.occurrences
     novel = "def totally_new(alpha, beta):\n    return sum(range(alpha)) ** beta - 12345\n"
@@ -104,7 +105,7 @@ def test_a_span_every_file_holds_counts_them_all_and_new_code_matches_nothing(ru
 
 def test_spans_are_maximal_and_each_reaches_past_the_last(run):
     out, files = run
-    index = attribution.Index(out / "index")
+    index = attribution.Index(out)
     a, b = files["acme/pkg/mod_1.py"], files["zenith/pkg/mod_0.py"]
     generation = a[100:500] + "\n# glue written by the model\n" + b[200:600]
     spans = sorted(index.attribute(generation), key=lambda s: s.start)
@@ -119,19 +120,33 @@ def test_spans_are_maximal_and_each_reaches_past_the_last(run):
     assert {s.sources[0].repo_name for s in spans} >= {"acme", "zenith"}
 
 
-def test_a_rebuild_reuses_its_parts_and_the_cli_prints_and_answers_json(run, capsys, tmp_path):
+def test_a_rebuild_reuses_its_parts_and_the_cli_prints_and_answers_json(run, capsys, tmp_path, monkeypatch):
     out, files = run
     assert "<code>stackcurate serve " in (out / "report" / "index.html").read_text()  # the report links the index
-    before = {p: p.stat().st_mtime_ns for p in (out / "index").rglob("sa.npy")}
-    assert main(["index", str(out), "--runner", "local"]) == 0
-    assert {p: p.stat().st_mtime_ns for p in (out / "index").rglob("sa.npy")} == before
+    before = {p: p.stat().st_mtime_ns for p in (out / "attribution").rglob("sa.npy")}
+    assert main(["index", "--out", str(out), "--runner", "local", "--no-progress"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in (out / "attribution").rglob("sa.npy")} == before  # the stage is reused
+    arrays = {p: p.read_bytes() for p in before}
+
+    def no_suffix_arrays(data):
+        raise AssertionError("a suffix array was built again")
+
+    import pydivsufsort
+
+    monkeypatch.setattr(pydivsufsort, "divsufsort", no_suffix_arrays)  # a rebuild takes the unchanged shards'
+    assert main(["index", "--out", str(out), "--runner", "local", "--no-progress", "--overwrite"]) == 0
+    assert {p: p.read_bytes() for p in (out / "attribution").rglob("sa.npy")} == arrays
+    assert not (out / "_state" / "index-reuse").exists()
     capsys.readouterr()
+    sql = "select count(*) n, count(distinct file_id) f from index join index_files on file_id = index_files.doc_id"
+    assert main(["query", str(out), sql, "--format", "csv"]) == 0
+    assert capsys.readouterr().out.split() == ['"n","f"', f"{len(files)},{len(files)}"]  # each file, once, named
     query = tmp_path / "gen.py"
     query.write_text(files["acme/pkg/mod_2.py"][50:400])
-    assert main(["attribute", str(out / "index"), "--file", str(query), "--json"]) == 0
+    assert main(["attribute", str(out), "--file", str(query), "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["spans"][0]["sources"][0]["path"] == "/pkg/mod_2.py"
-    assert main(["attribute", str(out / "index"), "--text", "nothing like this was trained on at all"]) == 0
+    assert main(["attribute", str(out), "--text", "nothing like this was trained on at all"]) == 0
     assert "no span of the text is in the training set" in capsys.readouterr().out
     assert main(["attribute", str(tmp_path / "nowhere"), "--text", "x"]) == 2
     assert "is not an attribution index" in capsys.readouterr().err
@@ -147,7 +162,7 @@ def server(run):
     from stackcurate.attribution_server import make_server
 
     out, files = run
-    httpd = make_server(attribution.Index(out / "index"), port=0, max_bytes=20_000, timeout=5)
+    httpd = make_server(attribution.Index(out), port=0, max_bytes=20_000, timeout=5)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd.server_address[1], files
@@ -205,7 +220,7 @@ def test_am_i_in_this_set_lists_an_owner_s_files_and_writes_their_opt_out(tmp_pa
 
 def test_bm25_search_ranks_the_file_that_holds_the_words_first(run, server):
     out, files = run
-    index = attribution.Index(out / "index")
+    index = attribution.Index(out)
     name, text = "vertex/pkg/mod_2.py", files["vertex/pkg/mod_2.py"]
     words = re.findall(r"def (\w+)\(", text)[:3]  # identifiers only this file defines
     (score, best), *_ = index.search(" ".join(words))
@@ -262,13 +277,16 @@ def test_the_page_highlights_copied_spans_in_chromium_and_asks_nothing_outside(s
 @pytest.mark.ray
 def test_parts_built_as_ray_tasks_are_the_same_files(run, tmp_path):
     out, _ = run
-    assert main(["index", str(out), "--index", str(tmp_path / "index"), "--runner", "ray", "--workers", "2"]) == 0
-    here = sorted(p.relative_to(out / "index") for p in (out / "index").rglob("*") if p.suffix in (".npy", ".parquet"))
-    there = sorted(p.relative_to(tmp_path / "index") for p in (tmp_path / "index").rglob("*")
-                   if p.suffix in (".npy", ".parquet"))  # fmt: skip
-    assert here == there and len(here) > 3
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("index", "attribution"))  # the run without its index
+    assert main(["index", "--out", str(copy), "--runner", "ray", "--workers", "2", "--no-progress"]) == 0
+    here = sorted(p.relative_to(out) for p in out.rglob("*") if p.suffix in (".npy", ".parquet")
+                  and p.relative_to(out).parts[0] in ("index", "attribution"))  # fmt: skip
+    there = sorted(p.relative_to(copy) for p in copy.rglob("*") if p.suffix in (".npy", ".parquet")
+                   and p.relative_to(copy).parts[0] in ("index", "attribution"))  # fmt: skip
+    assert here == there and len(here) > 6
     for rel in here:
-        assert (out / "index" / rel).read_bytes() == (tmp_path / "index" / rel).read_bytes(), rel
+        assert (out / rel).read_bytes() == (copy / rel).read_bytes(), rel
 
 
 def test_a_client_that_stops_sending_is_cut_off_and_the_server_answers_others(server):

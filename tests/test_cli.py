@@ -232,6 +232,7 @@ def test_dry_run_checks_every_stage_and_prints_the_fused_groups(tmp_path, capsys
         "dedup + pii (one pass per shard): would run",
         "format: would run",
         "tokenize: would run",
+        "index: would run",
     ]
     assert not (tmp_path / "o").exists()
     bad = tmp_path / "p.yaml"

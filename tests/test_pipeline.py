@@ -255,7 +255,7 @@ def test_the_demo_fused_and_with_every_stage_s_rows_gives_the_same_shards_and_re
     for name, out in outputs.items():
         folders = sorted(p for p in out.iterdir() if p.is_dir() and any(p.glob("*.parquet")))
         # the stages inside a fused group have no folder: they wrote no kept rows
-        written = {"decontaminate", "dedup_clusters", "format", "graph", "license_scan", "pii", "tokenize"}
+        written = {"decontaminate", "dedup_clusters", "format", "graph", "license_scan", "pii", "tokenize", "index"}
         if name == "kept":
             written |= {"ingest", "license", "language", "filter", "dedup"}
         assert {f.name for f in folders} == written

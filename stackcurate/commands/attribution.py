@@ -1,4 +1,5 @@
-"""`stackcurate index` and `stackcurate attribute`: which training file a text copies (stackcurate/attribution.py)."""
+"""`stackcurate attribute` and `serve`: which training file a text copies (stackcurate/attribution.py); the index
+stage (stages/index.py) builds what they read."""
 
 import argparse
 import json
@@ -6,46 +7,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-INDEX = """\
-Build the attribution index of a run: a suffix array of each Megatron shard's tokens and the file of every token
-range (repository, path, SWHID or URL, licenses), in OUT/index (or --index DIR). A rerun after the run added
-shards indexes only the new ones.
-
-example:
-  stackcurate index work/demo
-  stackcurate attribute work/demo/index --file completion.txt
-"""
-
 ATTRIBUTE = """\
 The spans of a text that the run's shards hold, of at least --min-tokens tokens, longest first, each with the
 files it comes from (repository, path, SWHID or URL, license) and how often the shards hold it.
 
 examples:
-  stackcurate attribute work/demo/index --file completion.txt
-  echo 'def parse_args(argv):' | stackcurate attribute work/demo/index --file - --json
-  stackcurate attribute work/demo/index --owner octocat --opt-out optout.txt   # am I in this set?
+  stackcurate attribute work/demo --file completion.txt
+  echo 'def parse_args(argv):' | stackcurate attribute work/demo --file - --json
+  stackcurate attribute work/demo --owner octocat --opt-out optout.txt   # am I in this set?
 """
 
 
 def add_parsers(sub: Any) -> None:
-    p = sub.add_parser("index", help="build a run's attribution index (which training file a text copies)",
-                       description=INDEX, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("out", help="output folder of a run whose tokenize stage has finished")
-    p.add_argument("--index", default=None, help="folder of the index (default: OUT/index)")
-    p.add_argument("--min-tokens", type=int, default=None, help="shortest span reported by default (16)")
-    p.add_argument(
-        "--runner",
-        choices=["ray", "local"],
-        default="ray",
-        help="ray (default: embedded local Ray, or --ray-address): a part per task; local: this process",
-    )
-    p.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (or RAY_ADDRESS)")
-    p.add_argument("--workers", type=int, default=None, help="parallel workers (default: all CPUs)")
-    p.set_defaults(handler=_cmd_index)
-
     p = sub.add_parser("attribute", help="the spans of a text copied from a run's training files",
                        description=ATTRIBUTE, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("index", help="an attribution index (OUT/index)")
+    p.add_argument("index", help="a run folder whose index stage has finished (or its OUT/attribution)")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--text", help="the text")
     source.add_argument("--file", help="a file holding the text (- for standard input)")
@@ -58,7 +34,7 @@ def add_parsers(sub: Any) -> None:
 
     p = sub.add_parser("serve", help="answer attribution queries over local HTTP (llm-vscode's /overlap API)",
                        description=SERVE, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("index", help="an attribution index (OUT/index)")
+    p.add_argument("index", help="a run folder whose index stage has finished (or its OUT/attribution)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     p.add_argument("--port", type=int, default=8008, help="port to listen on")
     p.add_argument("--max-bytes", type=int, default=1_000_000, help="largest request body accepted")
@@ -72,27 +48,9 @@ Answer attribution queries over local HTTP: POST /overlap with {"document": text
 paste code into and see its copied spans. Listens on localhost unless --host says otherwise.
 
 example:
-  stackcurate serve work/demo/index --port 8008
+  stackcurate serve work/demo --port 8008
   curl -s localhost:8008/overlap -d '{"document": "def main():"}'
 """
-
-
-def _cmd_index(args: argparse.Namespace) -> None:
-    from stackcurate import attribution
-    from stackcurate.runners import make_executor
-
-    least = args.min_tokens or attribution.MIN_TOKENS
-    executor = make_executor(args.runner, address=args.ray_address, workers=args.workers, progress=False)
-    try:
-        info = attribution.build(args.out, args.index, least, executor)
-    finally:
-        executor.close()
-    folder = args.index or attribution.default_folder(args.out)
-    print(f"index: {len(info['parts'])} parts, {info['tokens']:,} tokens, {info['files']:,} files in {folder}")
-    if (Path(args.out) / "report" / "index.html").is_file() and args.index is None:
-        from stackcurate.report import write_report
-
-        write_report(args.out)  # the run's report links its index
 
 
 def _cmd_attribute(args: argparse.Namespace) -> None:

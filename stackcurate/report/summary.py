@@ -208,12 +208,12 @@ def _part_of(stage: str) -> str:
 
 
 def _attribution(out: Path) -> dict[str, Any] | None:
-    """The run's attribution index (`stackcurate index`), if built: where, and what it holds."""
-    info_path = out / "index" / "index.json"
+    """The run's attribution index (the index stage's), if built: where, and what it holds."""
+    info_path = out / "attribution" / "index.json"
     if not info_path.is_file():
         return None
     info = json.loads(info_path.read_text())
-    return {"folder": str(out / "index"), "parts": len(info["parts"]), "tokens": info["tokens"],
+    return {"folder": str(out / "attribution"), "parts": len(info["parts"]), "tokens": info["tokens"],
             "files": info["files"], "min_tokens": info["min_tokens"]}  # fmt: skip
 
 

@@ -19,6 +19,7 @@ BUILTIN = {
     "pii": "stackcurate.stages.pii:PiiStage",
     "format": "stackcurate.stages.format:FormatStage",
     "tokenize": "stackcurate.stages.tokenize:TokenizeStage",
+    "index": "stackcurate.stages.index:IndexStage",
 }
 STAGE_ORDER = tuple(BUILTIN)
 
