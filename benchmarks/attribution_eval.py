@@ -8,10 +8,12 @@ Queries (seeded), each a window of `--chars` characters of real code:
 - `absent`: a window of a file not in the set (`--absent`: folders of real code the run did not read);
 - `near_duplicate`: a window of a file dedup removed (the run needs `--removed-content`), whose kept copies are
   the files of the set that hold the same window verbatim (windows no kept file holds are not asked).
-A positive query is found when one of its spans names the file it was taken from (a near-duplicate: one of its
-kept copies); a query is falsely attributed when its spans name only other files (positives) or any file
-(absent). Latency is the wall time
-of `Index.attribute` per query, p50 and p99.
+A positive query is found when the files it is attributed to include the one it was taken from (a
+near-duplicate: one of its kept copies); it is falsely attributed when they are only other files (positives) or
+any file (absent). As `attribute` does by default, a query is attributed to the files it copies at least the
+index's `min_copied` tokens of, its spans of at least `min_tokens` tokens together; the ablation table gives
+the same counts under other rules (every span of a length, or of at most 20 files; other `min_copied`), from the
+same spans. Latency is the wall time of `Index.attribute` per query (every span), p50 and p99.
 
 Run (after `make demo`):
     python benchmarks/attribution_eval.py work/demo --absent /work/.mirror/pallets+click/repo --queries 100
@@ -21,9 +23,11 @@ import argparse
 import json
 import random
 import re
+import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +104,42 @@ def variants(rng: random.Random, text: str) -> dict[str, str]:
     return {"whitespace": spaced, "renamed": renamed}
 
 
+def score(queries: list, answers: list, named: Callable[[list], set[int]]) -> dict[str, dict[str, int]]:
+    """Found and false per kind of query, given the files `named(spans)` attributes a query to: a positive is
+    found when they include its file, false when they name only others; an absent query is false when they name
+    any file."""
+    results: dict[str, dict[str, int]] = {}
+    for (kind, _, expected), spans in zip(queries, answers, strict=True):
+        files = named(spans)
+        counts = results.setdefault(kind, {"queries": 0, "found": 0, "false": 0})
+        counts["queries"] += 1
+        if expected is not None and expected & files:
+            counts["found"] += 1
+        elif files:
+            counts["false"] += 1
+    return results
+
+
+def spans_of(least: int, most_files: int | None) -> Callable[[list], set[int]]:
+    """The files named by the spans of at least `least` tokens held by at most `most_files` files."""
+    return lambda spans: {doc for tokens, files, docs in spans if tokens >= least and (most_files is None or
+                                                                                       files <= most_files)
+                          for doc in docs}  # fmt: skip
+
+
+def evidence(least: int) -> Callable[[list], set[int]]:
+    """The files that the query's spans together copy at least `least` tokens of (Index.attribute's rule)."""
+
+    def named(spans: list) -> set[int]:
+        tokens: dict[int, int] = {}
+        for n, _, docs in spans:
+            for doc in docs:
+                tokens[doc] = tokens.get(doc, 0) + n
+        return {doc for doc, n in tokens.items() if n >= least}
+
+    return named
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="a run folder with its index (its index stage finished)")
@@ -110,7 +150,10 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=None)
     args = parser.parse_args()
     rng = random.Random(args.seed)
+    started = time.perf_counter()
     index = Index(default_folder(args.out))
+    load_seconds = time.perf_counter() - started
+    load_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MB: the index as loaded (mapped)
     files = trained_files(args.out)
     absent = absent_files(args.absent)
     ids = sorted(files)
@@ -134,28 +177,33 @@ def main() -> None:
         if kept:
             queries.append(("near_duplicate", text, kept))
             asked += 1
-    results: dict[str, dict[str, int]] = {}
     latencies = []
-    for kind, text, expected in queries:
+    answers = []  # each query's spans: (tokens, distinct files, the files named)
+    for _, text, _ in queries:
         started = time.perf_counter()
-        spans = index.attribute(text)
+        spans = index.attribute(text, min_copied=0)  # every span: the rules below choose among them
         latencies.append(time.perf_counter() - started)
-        named = {s.doc_id for span in spans for s in span.sources}
-        counts = results.setdefault(kind, {"queries": 0, "found": 0, "false": 0})
-        counts["queries"] += 1
-        if expected is not None and expected & named:
-            counts["found"] += 1
-        elif named:
-            counts["false"] += 1
+        answers.append([(span.tokens, span.documents, {s.doc_id for s in span.sources}) for span in spans])
+    results = score(queries, answers, evidence(index.min_copied))  # what `attribute` reports by default
+    rules = {f"spans of {m}+ tokens" + (f", {k} files at most" if k else ""): spans_of(m, k)
+             for m in (16, 24, 32, 48) for k in (None, 20)}  # fmt: skip
+    rules |= {f"files copied {m}+ tokens": evidence(m) for m in (24, 32, 40, 48, 64)}
+    ablation = {name: score(queries, answers, rule) for name, rule in rules.items()}
     ms = np.array(latencies) * 1e3
     summary = {"run": str(args.out), "tokens": index.info["tokens"], "files_in_set": len(files),
                "absent_files": len(absent), "removed_files": len(removed), "chars": args.chars,
-               "min_tokens": index.min_tokens,
-               "by_kind": results, "latency_ms": {"p50": round(float(np.percentile(ms, 50)), 2),
+               "min_tokens": index.min_tokens, "load_seconds": round(load_seconds, 2),
+               "rss_after_load_mb": round(load_rss, 1),
+               "by_kind": results, "ablation": ablation, "latency_ms": {"p50": round(float(np.percentile(ms, 50)), 2),
                                                   "p99": round(float(np.percentile(ms, 99)), 2)}}  # fmt: skip
     print(f"{'kind':<11} {'queries':>7} {'found':>6} {'false':>6}")
     for kind, c in results.items():
         print(f"{kind:<11} {c['queries']:>7} {c['found']:>6} {c['false']:>6}")
+    kinds = list(results)
+    print("\nspans kept by each rule: found (false) per kind")
+    print(f"{'rule':<36} " + " ".join(f"{k:>15}" for k in kinds))
+    for name, counts in ablation.items():
+        print(f"{name:<36} " + " ".join(f"{counts[k]['found']:>8} ({counts[k]['false']:>3})" for k in kinds))
     print(f"latency p50 {summary['latency_ms']['p50']} ms, p99 {summary['latency_ms']['p99']} ms "
           f"({index.info['tokens']:,} tokens indexed)")  # fmt: skip
     if args.results:

@@ -3,8 +3,8 @@
 - `POST /overlap` with `{"document": text}` answers `{"spans": [[start, end], ...]}`, character offsets of the
   sent text: the request and answer of Hugging Face's llm-vscode "Show Code Attribution" (it sends the text
   around the cursor to `<endpoint>/overlap` and highlights the spans), so the editor extension works against it;
-- `POST /attribute` with `{"text": text, "min_tokens": n}` answers every span with its sources, as
-  `stackcurate attribute --json`;
+- `POST /attribute` with `{"text": text, "min_tokens": n, "min_copied": m}` (both optional) answers every span
+  with its sources, as `stackcurate attribute --json`;
 - `GET /search?q=...` answers the files that best match by BM25 (`{"hits": [{"score", ...source}]}`);
 - `GET /` is a page where a person pastes code and sees its copied spans highlighted, each with its sources
   (links to the Software Heritage archive or the issue's URL); it loads nothing from outside this server.
@@ -113,10 +113,8 @@ def make_server(index: Index, host: str = "127.0.0.1", port: int = 8008, max_byt
                     self._send(HTTPStatus.OK, {"spans": sorted([s.start, s.end] for s in spans)})
                 elif self.path == "/attribute":
                     text = _field(body, "text")
-                    least = body.get("min_tokens")
-                    if least is not None and (not isinstance(least, int) or isinstance(least, bool) or least < 1):
-                        raise _BadRequest(HTTPStatus.BAD_REQUEST, "min_tokens must be a positive integer")
-                    spans = index.attribute(text, least)
+                    least = _count(body, "min_tokens", 1)
+                    spans = index.attribute(text, least, _count(body, "min_copied", 0))
                     self._send(HTTPStatus.OK, {"spans": [s.to_dict() for s in spans]})
                 else:
                     raise _BadRequest(HTTPStatus.NOT_FOUND, f"no endpoint {self.path}: POST /overlap or /attribute")
@@ -170,6 +168,14 @@ def make_server(index: Index, host: str = "127.0.0.1", port: int = 8008, max_byt
             self.wfile.write(data)
 
     return ThreadingHTTPServer((host, port), Handler)
+
+
+def _count(body: dict[str, Any], name: str, least: int) -> int | None:
+    """The integer `body[name]`, at least `least` (None where absent); a 400 otherwise."""
+    value = body.get(name)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+        raise _BadRequest(HTTPStatus.BAD_REQUEST, f"{name} must be an integer of at least {least}")
+    return value
 
 
 def _field(body: dict[str, Any], name: str) -> str:

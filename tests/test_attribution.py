@@ -97,10 +97,30 @@ def test_a_copied_file_span_is_found_with_its_file_and_repository(run):
 def test_a_span_every_file_holds_counts_them_all_and_new_code_matches_nothing(run):
     out, files = run
     index = attribution.Index(out)
-    (span,) = index.attribute("\n\ndef shared_helper(value):\n    return value.strip().lower()\n\n", min_tokens=8)
+    helper = "\n\ndef shared_helper(value):\n    return value.strip().lower()\n\n"
+    (span,) = index.attribute(helper, min_tokens=8, min_copied=0)
     assert span.documents == len(files) == span.occurrences
     novel = "def totally_new(alpha, beta):\n    return sum(range(alpha)) ** beta - 12345\n"
     assert index.attribute(novel) == []
+
+
+def test_a_file_copied_in_short_pieces_is_reported_and_a_lone_shared_span_is_not(run):
+    """min_copied: spans count for a file together; one short span alone (boilerplate, chance) is not reported."""
+    out, files = run
+    index = attribution.Index(out)
+    assert index.min_copied == 32
+    helper = "\n\ndef shared_helper(value):\n    return value.strip().lower()\n\n"
+    assert index.attribute(helper, min_tokens=8) == [] and index.attribute(helper, min_tokens=8, min_copied=0)
+    text = files["orbit/pkg/mod_2.py"]
+    blocks = [b for b in text.split("\n\n") if b.startswith("def ") and "shared_helper" not in b]
+    size = {b: len(index.tokenizer.encode(b, add_special_tokens=False).ids) for b in blocks}
+    first, second = [b for b in blocks if 18 <= size[b] < 32][:2]  # each under min_copied, together over it
+    generation = first + "\n\nprint('glue the model wrote, not in any file')\n\n" + second
+    spans = index.attribute(generation)
+    assert len(spans) == 2 and all(s.tokens < 32 for s in spans)
+    assert {(s.sources[0].repo_name, s.sources[0].path) for s in spans} == {("orbit", "/pkg/mod_2.py")}
+    assert spans[0].copied == spans[1].copied == spans[0].tokens + spans[1].tokens >= 32
+    assert index.attribute(generation, min_copied=spans[0].copied + 1) == []
 
 
 def test_spans_are_maximal_and_each_reaches_past_the_last(run):
@@ -108,7 +128,7 @@ def test_spans_are_maximal_and_each_reaches_past_the_last(run):
     index = attribution.Index(out)
     a, b = files["acme/pkg/mod_1.py"], files["zenith/pkg/mod_0.py"]
     generation = a[100:500] + "\n# glue written by the model\n" + b[200:600]
-    spans = sorted(index.attribute(generation), key=lambda s: s.start)
+    spans = sorted(index.attribute(generation, min_copied=0), key=lambda s: s.start)
     assert len(spans) >= 2
     ids = np.array(index.tokenizer.encode(generation, add_special_tokens=False).ids)
     offsets = index.tokenizer.encode(generation, add_special_tokens=False).offsets

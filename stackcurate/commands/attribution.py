@@ -29,6 +29,9 @@ def add_parsers(sub: Any) -> None:
     source.add_argument("--search", help='the files that best match words or code (BM25; "quoted": a phrase)')
     p.add_argument("--opt-out", default=None, help="with --owner: write the opt-out lines that remove them here")
     p.add_argument("--min-tokens", type=int, default=None, help="shortest span (default: the index's)")
+    p.add_argument("--min-copied", type=int, default=None,
+                   help="tokens the text must copy of a file, all its spans together (default: the index's; 0: "
+                        "every span)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print JSON (spans with their sources) for tools")
     p.set_defaults(handler=_cmd_attribute)
 
@@ -79,7 +82,7 @@ def _cmd_attribute(args: argparse.Namespace) -> None:
             text = Path(args.file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise StackcurateError(f"cannot read {args.file} as UTF-8 text: {exc}") from None
-    spans = Index(args.index).attribute(text, args.min_tokens)
+    spans = Index(args.index).attribute(text, args.min_tokens, args.min_copied)
     if args.json:
         print(json.dumps({"spans": [s.to_dict() for s in spans]}, indent=1))
         return
