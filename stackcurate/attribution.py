@@ -22,6 +22,7 @@ The index is resumable (a stage: finished parts are kept) and incremental: a reb
 takes the suffix array of every shard whose bytes (SHA-256) an earlier part indexed.
 """
 
+import ctypes
 import json
 import re
 import shutil
@@ -158,24 +159,31 @@ def _files(out: Path, wanted: set[int], search: Path) -> pa.Table:
     builder = tantivy.SchemaBuilder()
     builder.add_integer_field("doc_id", stored=True, indexed=True)
     builder.add_text_field("content", stored=False)
-    writer = tantivy.Index(builder.build(), path=str(search)).writer()
+    # a heap of 512 MB: few segments, so little merging (on 840 MB of code, 12 s where the default took 21)
+    writer = tantivy.Index(builder.build(), path=str(search)).writer(heap_size=512_000_000)
     source = StageDir(str(out), "format").completion().get("input")
     folder = out / source if source else None
-    rows: dict[int, dict[str, Any]] = {}
+    keys = pa.array(sorted(wanted), pa.int64())
+    found = []
     for path in sorted(folder.glob("*.parquet")) if folder and folder.is_dir() else []:
         names = pq.read_schema(path).names
         columns = ["doc_id", "content", *(c for c in FILE_COLUMNS if c in names)]
         for batch in pq.ParquetFile(path).iter_batches(columns=columns, batch_size=1024):
-            for row in batch.to_pylist():
-                if row["doc_id"] in wanted:
-                    text = row.pop("content")
-                    rows[row["doc_id"]] = row
-                    if text:
-                        writer.add_document(tantivy.Document(doc_id=row["doc_id"], content=text))
+            mine = pc.is_in(batch.column("doc_id"), value_set=keys)  # pyright: ignore[reportAttributeAccessIssue]
+            table = pa.Table.from_batches([batch]).filter(mine)
+            for doc_id, text in zip(table.column("doc_id").to_pylist(), table.column("content").to_pylist(),
+                                    strict=True):  # fmt: skip
+                if text:
+                    writer.add_document(tantivy.Document(doc_id=doc_id, content=text))
+            n = table.num_rows
+            found.append(pa.table({f.name: table.column(f.name) if f.name in columns else pa.nulls(n, f.type)
+                                   for f in FILE_SCHEMA}).cast(FILE_SCHEMA))  # fmt: skip
     writer.commit()
     writer.wait_merging_threads()
-    ordered = [{"doc_id": f, **{c: rows.get(f, {}).get(c) for c in FILE_COLUMNS}} for f in sorted(wanted)]
-    return pa.Table.from_pylist(ordered, schema=FILE_SCHEMA)
+    rows = pa.concat_tables(found) if found else FILE_SCHEMA.empty_table()
+    at = pc.index_in(keys, value_set=rows.column("doc_id"))  # pyright: ignore[reportAttributeAccessIssue]
+    every = rows.take(at)  # a file no row names: nulls but its doc_id
+    return every.set_column(0, FILE_SCHEMA.field("doc_id"), keys)
 
 
 @dataclass(frozen=True)
@@ -209,6 +217,34 @@ class Span:
         return asdict(self)
 
 
+class _Search:
+    """libdivsufsort's `sa_search` over one text and its suffix array: (how many suffixes start with a pattern,
+    the first one's rank). Called through ctypes with the arrays' addresses taken once: pydivsufsort's own
+    `sa_search` builds ctypes views of both whole arrays on every call, which took most of a query's time."""
+
+    def __init__(self, data: np.ndarray, sa: np.ndarray) -> None:
+        from pydivsufsort import dll
+
+        wide = sa.dtype == np.int64  # a text over 2 GB: the 64-bit build
+        self.index = ctypes.c_int64 if wide else ctypes.c_int32
+        self.function = dll.libdivsufsort64.sa_search64 if wide else dll.libdivsufsort.sa_search
+        self.function.restype = self.index
+        self.function.argtypes = [ctypes.c_void_p, self.index, ctypes.c_char_p, self.index, ctypes.c_void_p,
+                                  self.index, ctypes.POINTER(self.index)]  # fmt: skip
+        self.arrays = (data, sa)  # kept alive: the addresses below point into them
+        self.text, self.size = data.ctypes.data if data.size else None, data.size
+        self.sa = sa.ctypes.data if sa.size else None
+
+    def __call__(self, pattern: bytes) -> tuple[int, int]:
+        if not self.size:
+            return 0, 0
+        left = self.index()
+        count = self.function(self.text, self.size, pattern, len(pattern), self.sa, self.size, ctypes.byref(left))
+        if count < 0:
+            raise StackcurateError(f"libdivsufsort's search failed ({count})")
+        return count, left.value
+
+
 class _Part:
     def __init__(self, folder: Path, number: int, info: dict[str, Any]) -> None:
         # mapped, not read: a query touches a few pages of each; copy-on-write, as the search takes no read-only
@@ -219,16 +255,14 @@ class _Part:
         self.dtype = np.dtype(info["dtype"]).newbyteorder("<")
         sa = part_folder(folder, number) / "sa.npy"
         self.sa = np.load(sa) if empty else np.load(sa, mmap_mode="c")
+        self.search = _Search(self.data, self.sa)
         segments = pq.read_table(part_folder(folder, number) / "segments.parquet", columns=["start", "file_id"])
         self.starts = segments.column("start").to_numpy()
         self.files = segments.column("file_id").to_numpy()
 
     def find(self, ids: np.ndarray) -> np.ndarray:
         """The token offsets where the token sequence `ids` occurs."""
-        from pydivsufsort import sa_search
-
-        pattern = np.ascontiguousarray(ids.astype(self.dtype)).view(np.uint8).copy()
-        count, left = sa_search(self.data, self.sa, pattern)
+        count, left = self.search(ids.astype(self.dtype).tobytes())
         if not count:
             return np.empty(0, dtype=np.int64)
         found = self.sa[left : left + count]
@@ -236,6 +270,24 @@ class _Part:
 
     def files_at(self, positions: np.ndarray) -> list[int]:
         return self.files[np.searchsorted(self.starts, positions[:MAX_OCCURRENCES], side="right") - 1].tolist()
+
+    def longest(self, ids: np.ndarray, least: int) -> np.ndarray:
+        """For each position of `ids`, how many of its tokens from there on this part holds, where that is at
+        least `least` (else 0): its matching statistics. A match from i less its first token is one from i + 1,
+        so the search from i + 1 starts at that length."""
+        lengths = np.zeros(len(ids), dtype=np.int64)
+        known = 0
+        for i in range(len(ids) - least + 1):
+            low = max(least, known - 1)
+            if low == least and not self.find(ids[i : i + least]).size:
+                known = 0
+                continue
+            high = len(ids) - i  # the longest match from i: it holds `low` tokens
+            while low < high:
+                middle = (low + high + 1) // 2
+                low, high = (middle, high) if self.find(ids[i : i + middle]).size else (low, middle - 1)
+            lengths[i] = known = low
+        return lengths
 
 
 class Index:
@@ -307,18 +359,16 @@ class Index:
         copied = self.min_copied if min_copied is None else min_copied
         encoding = self.tokenizer.encode(text, add_special_tokens=False)
         ids, offsets = np.array(encoding.ids, dtype=np.int64), encoding.offsets
+        # each part's longest matches, then the longest at each position. In this process one part after the other:
+        # threads were slower (benchmarks/README.md); parts on several processes or machines merge the same way.
+        per_part = [part.longest(ids, least) for part in self.parts]
+        longest = np.max(per_part, axis=0) if per_part else np.zeros(len(ids), dtype=np.int64)
         found: list[tuple[int, int]] = []
         end = 0  # the end of the last span found: a span is kept only if it reaches past it
-        for i in range(len(ids) - least + 1):
-            shortest = max(least, end - i + 1)
-            if i + shortest > len(ids) or not self.count(ids[i : i + shortest]):
-                continue
-            low, high = shortest, len(ids) - i  # the longest match from i: it occurs at `low` tokens
-            while low < high:
-                middle = (low + high + 1) // 2
-                low, high = (middle, high) if self.count(ids[i : i + middle]) else (low, middle - 1)
-            found.append((i, i + low))
-            end = i + low
+        for i, length in enumerate(longest.tolist()):
+            if length and i + length > end:
+                found.append((i, i + length))
+                end = i + length
         matches = [(a, b, *self._occurrences(ids[a:b])) for a, b in found]
         tokens: Counter[int] = Counter()  # of each file, what the text copies (its spans may overlap: an upper bound)
         for a, b, _, files in matches:

@@ -140,6 +140,34 @@ def test_spans_are_maximal_and_each_reaches_past_the_last(run):
     assert {s.sources[0].repo_name for s in spans} >= {"acme", "zenith"}
 
 
+def test_spans_merged_from_the_parts_equal_a_brute_force_scan(run):
+    """Each part finds its own longest matches (in threads); merged, they give the spans a scan of every shard
+    gives: at each position the longest run of tokens some shard holds, kept where it reaches past the last."""
+    out, files = run
+    manifest = json.loads((out / "megatron" / "manifest.json").read_text())
+    streams = [np.concatenate(read_megatron(out / "megatron" / s["shard"])).astype(np.int64)
+               for s in manifest["shards"] if s["documents"]]  # fmt: skip
+    index = attribution.Index(out)
+    rng = random.Random(3)
+    names = sorted(files)
+    for _ in range(4):
+        pieces = [files[rng.choice(names)][(k := rng.randrange(600)) : k + rng.randrange(40, 200)] for _ in range(3)]
+        text = "\n# not from any file\n".join(pieces)
+        ids = np.array(index.tokenizer.encode(text, add_special_tokens=False).ids)
+        expected, end = [], 0
+        for i in range(len(ids)):
+            length = 0
+            while i + length < len(ids) and _brute(streams, ids[i : i + length + 1]):
+                length += 1
+            if length >= 8 and i + length > end:
+                expected.append((i, length))
+                end = i + length
+        spans = index.attribute(text, min_tokens=8, min_copied=0)
+        offsets = index.tokenizer.encode(text, add_special_tokens=False).offsets
+        starts = {c: i for i, (c, _) in reversed(list(enumerate(offsets)))}
+        assert sorted((starts[s.start], s.tokens) for s in spans) == expected
+
+
 def test_a_rebuild_reuses_its_parts_and_the_cli_prints_and_answers_json(run, capsys, tmp_path, monkeypatch):
     out, files = run
     assert "<code>stackcurate serve " in (out / "report" / "index.html").read_text()  # the report links the index
