@@ -11,7 +11,8 @@ Queries (seeded), each a window of `--chars` characters of real code:
 A positive query is found when the files it is attributed to include the one it was taken from (a
 near-duplicate: one of its kept copies); it is falsely attributed when they are only other files (positives) or
 any file (absent). As `attribute` does by default, a query is attributed to the files it copies at least the
-index's `min_copied` tokens of, its spans of at least `min_tokens` tokens together; the ablation table gives
+index's `min_copied` tokens of, its spans of at least `min_tokens` tokens together (those held by at most
+`max_files` files); the ablation table gives
 the same counts under other rules (every span of a length, or of at most 20 files; other `min_copied`), from the
 same spans. Latency is the wall time of `Index.attribute` per query (every span), p50 and p99.
 
@@ -127,12 +128,15 @@ def spans_of(least: int, most_files: int | None) -> Callable[[list], set[int]]:
                           for doc in docs}  # fmt: skip
 
 
-def evidence(least: int) -> Callable[[list], set[int]]:
-    """The files that the query's spans together copy at least `least` tokens of (Index.attribute's rule)."""
+def evidence(least: int, most_files: int | None = None) -> Callable[[list], set[int]]:
+    """The files that the query's spans together copy at least `least` tokens of (Index.attribute's rule), its
+    spans held by more than `most_files` files not counted."""
 
     def named(spans: list) -> set[int]:
         tokens: dict[int, int] = {}
-        for n, _, docs in spans:
+        for n, files, docs in spans:
+            if most_files is not None and files > most_files:
+                continue
             for doc in docs:
                 tokens[doc] = tokens.get(doc, 0) + n
         return {doc for doc, n in tokens.items() if n >= least}
@@ -184,10 +188,11 @@ def main() -> None:
         spans = index.attribute(text, min_copied=0)  # every span: the rules below choose among them
         latencies.append(time.perf_counter() - started)
         answers.append([(span.tokens, span.documents, {s.doc_id for s in span.sources}) for span in spans])
-    results = score(queries, answers, evidence(index.min_copied))  # what `attribute` reports by default
+    results = score(queries, answers, evidence(index.min_copied, index.max_files))  # `attribute`'s default
     rules = {f"spans of {m}+ tokens" + (f", {k} files at most" if k else ""): spans_of(m, k)
              for m in (16, 24, 32, 48) for k in (None, 20)}  # fmt: skip
     rules |= {f"files copied {m}+ tokens": evidence(m) for m in (24, 32, 40, 48, 64)}
+    rules |= {f"files copied {m}+ tokens, {k} files at most": evidence(m, k) for m in (24, 32) for k in (10, 20)}
     ablation = {name: score(queries, answers, rule) for name, rule in rules.items()}
     ms = np.array(latencies) * 1e3
     summary = {"run": str(args.out), "tokens": index.info["tokens"], "files_in_set": len(files),
@@ -201,9 +206,9 @@ def main() -> None:
         print(f"{kind:<11} {c['queries']:>7} {c['found']:>6} {c['false']:>6}")
     kinds = list(results)
     print("\nspans kept by each rule: found (false) per kind")
-    print(f"{'rule':<36} " + " ".join(f"{k:>15}" for k in kinds))
+    print(f"{'rule':<44} " + " ".join(f"{k:>15}" for k in kinds))
     for name, counts in ablation.items():
-        print(f"{name:<36} " + " ".join(f"{counts[k]['found']:>8} ({counts[k]['false']:>3})" for k in kinds))
+        print(f"{name:<44} " + " ".join(f"{counts[k]['found']:>8} ({counts[k]['false']:>3})" for k in kinds))
     print(f"latency p50 {summary['latency_ms']['p50']} ms, p99 {summary['latency_ms']['p99']} ms "
           f"({index.info['tokens']:,} tokens indexed)")  # fmt: skip
     if args.results:

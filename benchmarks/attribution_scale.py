@@ -71,7 +71,8 @@ def build(work: Path, mb: int, shard_mb: float, reuse: bool) -> dict:
 
     info = json.loads((out / "attribution" / "index.json").read_text())
     started = time.perf_counter()
-    attribution.write_catalog(out, out / "attribution", info["parts"], info["min_tokens"], info["min_copied"])
+    attribution.write_catalog(out, out / "attribution", info["parts"], info["min_tokens"], info["min_copied"],
+                              info["max_files"])  # fmt: skip
     catalog_seconds = time.perf_counter() - started
     stage_seconds = {name: float(s) for name, s in re.findall(r"^(\w+): [^\n]* in ([\d.]+) s", done, re.M)}
     manifest = json.loads((out / "megatron" / "manifest.json").read_text())

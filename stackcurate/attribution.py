@@ -45,6 +45,7 @@ FORMAT = "stackcurate-attribution-index"
 VERSION = 1
 MIN_TOKENS = 16  # about Data Portraits' 50 characters of code
 MIN_COPIED = 32  # tokens the text copies of a file, all its spans together, for its spans to be reported
+MAX_FILES = 20  # a span more files hold is common text (a license, generated code): it counts for none of them
 MAX_OCCURRENCES = 1000  # occurrences of one span looked up for its sources (the count is exact beyond)
 SEGMENTS = pa.schema([("start", pa.int64()), ("end", pa.int64()), ("file_id", pa.int64()), ("doc_id", pa.int64())])
 FILE_COLUMNS = ("repo_name", "path", "swhid", "origin", "kind", "license_type", "detected_licenses")
@@ -120,7 +121,12 @@ def build_part(prefix: Path, folder: Path, sha256: str, doc_ids: list[int], docu
 
 
 def write_catalog(
-    out: Path, folder: Path, parts: list[dict[str, Any]], min_tokens: int = MIN_TOKENS, min_copied: int = MIN_COPIED
+    out: Path,
+    folder: Path,
+    parts: list[dict[str, Any]],
+    min_tokens: int = MIN_TOKENS,
+    min_copied: int = MIN_COPIED,
+    max_files: int = MAX_FILES,
 ) -> dict[str, Any]:
     """What the parts share: the tokenizer, the table of files, the BM25 index of their text, and `index.json`
     (written last: an index without it is not one). Returns the index's description."""
@@ -137,7 +143,7 @@ def write_catalog(
     (folder / "files").mkdir(exist_ok=True)  # a folder of Parquet, as DuckDB and dataframes read one
     pq.write_table(files, folder / "files" / "files.parquet")
     info = {"format": FORMAT, "version": VERSION, "run": str(out.resolve()), "min_tokens": min_tokens,
-            "min_copied": min_copied, "eod_id": manifest["eod_id"], "parts": parts,
+            "min_copied": min_copied, "max_files": max_files, "eod_id": manifest["eod_id"], "parts": parts,
             "tokens": sum(p["tokens"] for p in parts), "files": files.num_rows}  # fmt: skip
     (folder / "index.json").write_text(json.dumps(info, indent=1))
     return info
@@ -310,6 +316,7 @@ class Index:
         self.sources = {r["doc_id"]: Source(**r) for r in files}
         self.min_tokens = int(self.info["min_tokens"])
         self.min_copied = int(self.info.get("min_copied", MIN_COPIED))
+        self.max_files = int(self.info.get("max_files", MAX_FILES))
         self.folder = folder
         self.searcher: Any = None  # opened by the first search
         self.search_index: Any = None
@@ -347,16 +354,20 @@ class Index:
     def count(self, ids: np.ndarray) -> int:
         return sum(part.find(ids).size for part in self.parts)
 
-    def attribute(self, text: str, min_tokens: int | None = None, min_copied: int | None = None) -> list[Span]:
+    def attribute(
+        self, text: str, min_tokens: int | None = None, min_copied: int | None = None, max_files: int | None = None
+    ) -> list[Span]:
         """The maximal spans of `text` of at least `min_tokens` tokens that occur in the shards, longest first,
-        those of a file the text copies at least `min_copied` tokens of, all its spans together (0: every span).
-        Each span lists first the files the text copies most of.
+        those of a file the text copies at least `min_copied` tokens of (0: every span), counting the spans held
+        by at most `max_files` files. Each span lists first the files the text copies most of.
 
-        Why `min_copied`: a single span of 16 to 40 tokens of code the set never held is often held by some file
-        anyway (a license's sentence, an import block), while a copied file shows in several spans, or a long
-        one; `benchmarks/attribution_eval.py` measures both sides of it."""
+        Why: a single span of 16 to 40 tokens of code the set never held is often held by some file anyway (an
+        import block, a sentence of a license), while a copied file shows in several spans, or a long one; and a
+        span that many files hold (a license header, generated code) says nothing of which one was copied.
+        `benchmarks/attribution_eval.py` measures both sides of it."""
         least = min_tokens or self.min_tokens
         copied = self.min_copied if min_copied is None else min_copied
+        common = self.max_files if max_files is None else max_files
         encoding = self.tokenizer.encode(text, add_special_tokens=False)
         ids, offsets = np.array(encoding.ids, dtype=np.int64), encoding.offsets
         # each part's longest matches, then the longest at each position. In this process one part after the other:
@@ -372,7 +383,8 @@ class Index:
         matches = [(a, b, *self._occurrences(ids[a:b])) for a, b in found]
         tokens: Counter[int] = Counter()  # of each file, what the text copies (its spans may overlap: an upper bound)
         for a, b, _, files in matches:
-            tokens.update(dict.fromkeys(files, b - a))
+            if len(files) <= common:
+                tokens.update(dict.fromkeys(files, b - a))
         spans = []
         for a, b, occurrences, files in matches:
             ranked = sorted(files, key=lambda f: (-tokens[f], f))

@@ -3,8 +3,8 @@
 - `POST /overlap` with `{"document": text}` answers `{"spans": [[start, end], ...]}`, character offsets of the
   sent text: the request and answer of Hugging Face's llm-vscode "Show Code Attribution" (it sends the text
   around the cursor to `<endpoint>/overlap` and highlights the spans), so the editor extension works against it;
-- `POST /attribute` with `{"text": text, "min_tokens": n, "min_copied": m}` (both optional) answers every span
-  with its sources, as `stackcurate attribute --json`;
+- `POST /attribute` with `{"text": text}` and optionally `min_tokens`, `min_copied`, `max_files` (as
+  `stackcurate attribute`'s flags) answers every span with its sources, as `stackcurate attribute --json`;
 - `GET /search?q=...` answers the files that best match by BM25 (`{"hits": [{"score", ...source}]}`);
 - `GET /` is a page where a person pastes code and sees its copied spans highlighted, each with its sources
   (links to the Software Heritage archive or the issue's URL); it loads nothing from outside this server.
@@ -114,7 +114,7 @@ def make_server(index: Index, host: str = "127.0.0.1", port: int = 8008, max_byt
                 elif self.path == "/attribute":
                     text = _field(body, "text")
                     least = _count(body, "min_tokens", 1)
-                    spans = index.attribute(text, least, _count(body, "min_copied", 0))
+                    spans = index.attribute(text, least, _count(body, "min_copied", 0), _count(body, "max_files", 1))
                     self._send(HTTPStatus.OK, {"spans": [s.to_dict() for s in spans]})
                 else:
                     raise _BadRequest(HTTPStatus.NOT_FOUND, f"no endpoint {self.path}: POST /overlap or /attribute")

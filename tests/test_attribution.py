@@ -111,6 +111,9 @@ def test_a_file_copied_in_short_pieces_is_reported_and_a_lone_shared_span_is_not
     assert index.min_copied == 32
     helper = "\n\ndef shared_helper(value):\n    return value.strip().lower()\n\n"
     assert index.attribute(helper, min_tokens=8) == [] and index.attribute(helper, min_tokens=8, min_copied=0)
+    # max_files: a span every one of the 24 files holds is common text, which counts for none of them
+    assert index.max_files == 20 and index.attribute(helper, min_tokens=8, min_copied=8) == []
+    assert index.attribute(helper, min_tokens=8, min_copied=8, max_files=len(files))
     text = files["orbit/pkg/mod_2.py"]
     blocks = [b for b in text.split("\n\n") if b.startswith("def ") and "shared_helper" not in b]
     size = {b: len(index.tokenizer.encode(b, add_special_tokens=False).ids) for b in blocks}
@@ -249,6 +252,7 @@ def test_bad_requests_get_a_4xx_and_the_server_stays_up(server):
     assert _post(port, "/overlap", b'["a list"]')[0] == 400
     assert _post(port, "/overlap", b'{"document": 12}')[0] == 400
     assert _post(port, "/attribute", b'{"text": "x", "min_tokens": 0}')[0] == 400
+    assert _post(port, "/attribute", b'{"text": "x", "max_files": "all"}')[0] == 400
     assert _post(port, "/nowhere", b"{}")[0] == 404
     status, answer = _post(port, "/overlap", json.dumps({"document": "x" * 30_000}).encode())
     assert status == 413 and "over 20000 bytes" in answer["error"]

@@ -32,6 +32,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--min-copied", type=int, default=None,
                    help="tokens the text must copy of a file, all its spans together (default: the index's; 0: "
                         "every span)")  # fmt: skip
+    p.add_argument(
+        "--max-files",
+        type=int,
+        default=None,
+        help="a span more files hold is common text: it counts for none (default: the index's)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON (spans with their sources) for tools")
     p.set_defaults(handler=_cmd_attribute)
 
@@ -82,7 +88,7 @@ def _cmd_attribute(args: argparse.Namespace) -> None:
             text = Path(args.file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise StackcurateError(f"cannot read {args.file} as UTF-8 text: {exc}") from None
-    spans = Index(args.index).attribute(text, args.min_tokens, args.min_copied)
+    spans = Index(args.index).attribute(text, args.min_tokens, args.min_copied, args.max_files)
     if args.json:
         print(json.dumps({"spans": [s.to_dict() for s in spans]}, indent=1))
         return
@@ -93,7 +99,8 @@ def _cmd_attribute(args: argparse.Namespace) -> None:
         where = s.sources[0]
         name = where.swhid or where.origin or ""
         print(f"chars {s.start}-{s.end} ({s.tokens} tokens, {s.occurrences} in the shards, {s.documents} files): "
-              f"{where.repo_name} {where.path} {name} [{where.license_type or 'license unknown'}]")  # fmt: skip
+              f"{where.repo_name} {where.path} {name} [{where.license_type or 'license unknown'}], "
+              f"{s.copied} tokens of it copied in all")  # fmt: skip
         print("    " + s.text[:100].replace("\n", "\\n") + ("..." if len(s.text) > 100 else ""))
 
 

@@ -38,10 +38,14 @@ class IndexConfig:
         32, "tokens a text must copy of a file, all its spans together, for its spans to be reported by default "
         "(0: every span; a single short span is more often shared boilerplate than a copy)",
     )  # fmt: skip
+    max_files: int = option(
+        20, "a span held by more files than this is common text (a license header, generated code): it counts "
+        "for none of them",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
-        if self.min_tokens < 1 or self.min_copied < 0:
-            raise ValueError("min_tokens must be at least 1 and min_copied at least 0")
+        if self.min_tokens < 1 or self.min_copied < 0 or self.max_files < 1:
+            raise ValueError("min_tokens and max_files must be at least 1, and min_copied at least 0")
 
 
 def _run_folder(input_uri: str | None) -> Path:
@@ -110,7 +114,7 @@ class IndexStage(Stage):
         out = _run_folder(ctx.input_uri)
         folder = attribution.default_folder(out)
         parts = [json.loads((attribution.part_folder(folder, s.index) / "part.json").read_text()) for s in ctx.shards]
-        attribution.write_catalog(out, folder, parts, cfg.min_tokens, cfg.min_copied)
+        attribution.write_catalog(out, folder, parts, cfg.min_tokens, cfg.min_copied, cfg.max_files)
         shutil.rmtree(out / STATE / REUSE, ignore_errors=True)
 
     def output_schema(self, shard: Shard) -> pa.Schema:
