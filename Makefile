@@ -26,6 +26,11 @@ install-dev: base
 
 base:
 	$(PIP) install -q "$(TORCH)"
+	@# bubblewrap is the sandbox `stackcurate eval` runs generated programs in (a Debian package, not a pip one)
+	@command -v bwrap >/dev/null || ! command -v apt-get >/dev/null \
+		|| { echo "installing Debian's bubblewrap (apt-get), the sandbox of stackcurate eval"; \
+		     apt-get install -y -q bubblewrap >/dev/null; } \
+		|| echo "bubblewrap not installed: stackcurate eval cannot run programs, and its tests will be skipped"
 
 demo: install
 	stackcurate sample work/sample

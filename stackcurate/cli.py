@@ -34,7 +34,7 @@ LIGHT = ("train", "generate")
 
 
 def build_parser() -> "Parser":
-    from stackcurate.commands import attribution, models, outputs, pipeline
+    from stackcurate.commands import attribution, evaluation, models, outputs, pipeline
     from stackcurate.commands.parsing import VERBOSE, Parser
 
     parser = Parser(prog="stackcurate", description=DESCRIPTION, epilog=EPILOG)
@@ -45,6 +45,7 @@ def build_parser() -> "Parser":
     outputs.add_parsers(sub)
     models.add_parsers(sub)
     attribution.add_parsers(sub)
+    evaluation.add_parsers(sub)
     pipeline.add_sample_parser(sub)
     return parser
 

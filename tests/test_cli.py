@@ -263,7 +263,7 @@ def test_top_level_help_matches_its_snapshot(capsys, monkeypatch):
 COMMANDS = [[name] for name in STAGE_ORDER] + [
     ["run"], ["query"], ["report"], ["stats"], ["purge"], ["sample"], ["pii-model"], ["pii-model", "train"],
     ["pii-model", "export"], ["pii-model", "eval"], ["tokenizer"], ["tokenizer", "train"], ["index"], ["attribute"],
-    ["serve"],
+    ["serve"], ["eval"],
 ]  # fmt: skip
 
 

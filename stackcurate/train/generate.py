@@ -30,7 +30,7 @@ def load(checkpoint: str | Path) -> tuple[Any, Any]:
 
 def complete(
     net: Any, tokenizer: Any, prompt: str, *, suffix: str | None = None, max_new_tokens: int = 64,
-    temperature: float = 0.0, top_k: int = 0, seed: int = 0,
+    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop: tuple[str, ...] = (),
 ) -> str:  # fmt: skip
     """The text the model writes after `prompt` (or between `prompt` and `suffix`, with FIM): greedy with
     `temperature` 0, else sampled (among the `top_k` likeliest tokens, if above 0).
@@ -38,7 +38,8 @@ def complete(
     A plain prompt is healed: its last token is taken back, and the first tokens written must spell its text
     again, split as the model likes, before going on. A prompt often stops where training text never splits:
     "def main():\\n    " ends in one token of a newline and four spaces, where code has a newline and three
-    spaces, then " return"; without healing the model goes on from a token it has barely seen."""
+    spaces, then " return"; without healing the model goes on from a token it has barely seen. Generation ends
+    early once the text written holds one of `stop` (the text is returned whole: cutting it is the caller's)."""
     import torch
 
     eod = tokenizer.convert_tokens_to_ids(EOD)
@@ -67,11 +68,12 @@ def complete(
             max_new_tokens=max_new_tokens,
             do_sample=temperature > 0,
             temperature=temperature if temperature > 0 else None,
-            top_p=None,
+            top_p=top_p if temperature > 0 and top_p < 1.0 else None,
             top_k=top_k if temperature > 0 and top_k > 0 else None,
             eos_token_id=eod,
             pad_token_id=eod,
             prefix_allowed_tokens_fn=allowed if heal else None,
+            **({"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}),
         )
     new = out[0, len(head) :].tolist()
     if eod in new:

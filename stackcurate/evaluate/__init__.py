@@ -1,0 +1,1 @@
+"""Evaluating a trained checkpoint: benchmarks run in a sandbox, pass@k."""

