@@ -272,6 +272,16 @@ def test_generate_heals_a_prompt_that_ends_inside_a_token(checkpoint):
     assert len(tokenizer(prompt + text)["input_ids"]) <= len(tokenizer(prompt)["input_ids"]) - 1 + 8
 
 
+def test_a_batch_of_prompts_completes_as_each_prompt_alone(checkpoint):
+    """Left-padded together (HumanEval's prompts in `stackcurate eval`), greedy completions are the same, healed
+    or not, each stopped at its own stop sequence."""
+    net, tokenizer = generate.load(checkpoint)
+    prompts = ["def f(x):\n    ", "import os\n", "class A:\n    def g(self):\n        return", "x"]
+    alone = [generate.complete(net, tokenizer, p, max_new_tokens=12, stop=("\n\n",)) for p in prompts]
+    together = generate.complete_batch(net, tokenizer, prompts, max_new_tokens=12, stop=("\n\n",))
+    assert together == alone and any(alone)
+
+
 def test_train_help_describes_the_command_and_its_required_flags(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])

@@ -32,9 +32,10 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (then --n must be 1)")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling, when sampling")
     p.add_argument("--max-new-tokens", type=int, default=512, help="longest completion")
+    p.add_argument("--batch", type=int, default=16, help="prompts completed together")
     p.add_argument("--problems", type=int, default=None, help="only the first N problems (a quick look)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=None, help="programs run at once (default: every CPU)")
+    p.add_argument("--workers", type=int, default=None, help="programs run at once (default: two per CPU)")
     p.set_defaults(handler=_cmd_eval)
 
 
@@ -65,16 +66,19 @@ def _cmd_eval(args: argparse.Namespace) -> None:
 
 
 def _generate(args: argparse.Namespace, problems: list[dict[str, Any]]) -> list[Any]:
+    """n completions of each problem's prompt, `--batch` at a time."""
     from stackcurate.evaluate import humaneval as he
-    from stackcurate.train.generate import complete, load
+    from stackcurate.train.generate import complete_batch, load
 
     net, tokenizer = load(args.checkpoint)
+    wanted = [(problem, i) for problem in problems for i in range(args.n)]
     samples = []
-    for number, problem in enumerate(problems):
-        for i in range(args.n):
-            text = complete(net, tokenizer, he.prompt(problem), max_new_tokens=args.max_new_tokens, stop=he.STOP,
-                            temperature=args.temperature, top_p=args.top_p, seed=args.seed + i)  # fmt: skip
-            samples.append(he.from_generation(problem, i, text))
-        print(f"\rgenerated {number + 1}/{len(problems)} problems", end="", file=sys.stderr, flush=True)
+    for start in range(0, len(wanted), args.batch):
+        rows = wanted[start : start + args.batch]
+        texts = complete_batch(net, tokenizer, [he.prompt(p) for p, _ in rows], max_new_tokens=args.max_new_tokens,
+                               temperature=args.temperature, top_p=args.top_p, seed=args.seed + start,
+                               stop=he.STOP)  # fmt: skip
+        samples += [he.from_generation(p, i, text) for (p, i), text in zip(rows, texts, strict=True)]
+        print(f"\rgenerated {len(samples)}/{len(wanted)} completions", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     return samples

@@ -57,10 +57,11 @@ def execute(
     programs: Sequence[Program], limits: Limits, workers: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[Run]:  # fmt: skip
-    """Run each program (the same program once) in the sandbox, `workers` at a time (default: every CPU)."""
+    """Run each program (the same program once) in the sandbox, `workers` at a time (default: two per CPU: a
+    sandbox's start waits on the kernel as much as it computes; `benchmarks/eval_throughput.py`)."""
     sandbox = Sandbox(limits)
     distinct = {p.key: p for p in programs}
-    workers = workers or os.cpu_count() or 1
+    workers = workers or 2 * (os.cpu_count() or 1)
 
     def one(program: Program) -> Run:
         done = sandbox.run(list(program.argv), dict(program.files))

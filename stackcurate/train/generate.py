@@ -33,38 +33,58 @@ def complete(
     temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop: tuple[str, ...] = (),
 ) -> str:  # fmt: skip
     """The text the model writes after `prompt` (or between `prompt` and `suffix`, with FIM): greedy with
-    `temperature` 0, else sampled (among the `top_k` likeliest tokens, if above 0).
+    `temperature` 0, else sampled (among the `top_k` likeliest tokens, if above 0); see `complete_batch`."""
+    return complete_batch(net, tokenizer, [prompt], suffixes=None if suffix is None else [suffix],
+                          max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                          seed=seed, stop=stop)[0]  # fmt: skip
+
+
+def complete_batch(
+    net: Any, tokenizer: Any, prompts: list[str], *, suffixes: list[str] | None = None, max_new_tokens: int = 64,
+    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop: tuple[str, ...] = (),
+) -> list[str]:  # fmt: skip
+    """What the model writes after each prompt (or between each prompt and its suffix, with FIM), generated
+    together: the prompts left-padded into one batch.
 
     A plain prompt is healed: its last token is taken back, and the first tokens written must spell its text
     again, split as the model likes, before going on. A prompt often stops where training text never splits:
     "def main():\\n    " ends in one token of a newline and four spaces, where code has a newline and three
-    spaces, then " return"; without healing the model goes on from a token it has barely seen. Generation ends
-    early once the text written holds one of `stop` (the text is returned whole: cutting it is the caller's)."""
+    spaces, then " return"; without healing the model goes on from a token it has barely seen. A row ends early
+    once its text holds one of `stop` (the text is returned whole: cutting it is the caller's)."""
     import torch
 
+    if not prompts:
+        return []
     eod = tokenizer.convert_tokens_to_ids(EOD)
-    text = f"{FIM_PREFIX}{prompt}{FIM_SUFFIX}{suffix}{FIM_MIDDLE}" if suffix is not None else prompt
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"] or [eod]  # nothing to complete: a new document
     special = set(tokenizer.all_special_ids)
-    heal = suffix is None and len(ids) > 1 and ids[-1] not in special
-    head = ids[:-1] if heal else ids
+    heads, tails = [], []
+    for i, prompt in enumerate(prompts):
+        fim = suffixes is not None
+        text = f"{FIM_PREFIX}{prompt}{FIM_SUFFIX}{suffixes[i]}{FIM_MIDDLE}" if fim else prompt
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"] or [eod]  # nothing to complete: a new document
+        heal = not fim and len(ids) > 1 and ids[-1] not in special
+        heads.append(ids[:-1] if heal else ids)
+        tails.append(tokenizer.convert_ids_to_tokens(ids[-1]) if heal else "")
+    width = max(len(h) for h in heads)
     every = list(range(len(tokenizer)))
     # byte-level token texts ("ĊĠĠĠ" is a newline and three spaces): the healed tokens, concatenated, begin
     # with the tail's text
     texts = {i: token for token, i in tokenizer.get_vocab().items() if i not in special and token}
-    tail = tokenizer.convert_ids_to_tokens(ids[-1]) if heal else ""
 
-    def allowed(batch: int, sofar: Any) -> list[int]:
-        spelled = "".join(texts.get(i, "") for i in sofar[len(head) :].tolist())
-        rest = tail[len(spelled) :]
+    def allowed(row: int, sofar: Any) -> list[int]:
+        spelled = "".join(texts.get(i, "") for i in sofar[width:].tolist())
+        rest = tails[row][len(spelled) :]
         if not rest:
             return every
         return [i for i, token in texts.items() if token.startswith(rest) or rest.startswith(token)]
 
     torch.manual_seed(seed)
+    ids = torch.tensor([[eod] * (width - len(h)) + h for h in heads])
+    mask = torch.tensor([[0] * (width - len(h)) + [1] * len(h) for h in heads])
     with torch.no_grad():
         out = net.generate(
-            torch.tensor([head]),
+            ids,
+            attention_mask=mask,
             max_new_tokens=max_new_tokens,
             do_sample=temperature > 0,
             temperature=temperature if temperature > 0 else None,
@@ -72,13 +92,17 @@ def complete(
             top_k=top_k if temperature > 0 and top_k > 0 else None,
             eos_token_id=eod,
             pad_token_id=eod,
-            prefix_allowed_tokens_fn=allowed if heal else None,
+            prefix_allowed_tokens_fn=allowed if any(tails) else None,
             **({"stop_strings": list(stop), "tokenizer": tokenizer} if stop else {}),
         )
-    new = out[0, len(head) :].tolist()
-    if eod in new:
-        new = new[: new.index(eod)]
-    if not heal:
-        return tokenizer.decode(new, clean_up_tokenization_spaces=False)
-    written = tokenizer.decode(head + new, clean_up_tokenization_spaces=False)
-    return written[len(prompt) :] if written.startswith(prompt) else ""  # "": stopped before the tail was spelled
+    written = []
+    for row, (prompt, head, tail) in enumerate(zip(prompts, heads, tails, strict=True)):
+        new = out[row, width:].tolist()
+        if eod in new:
+            new = new[: new.index(eod)]
+        if not tail:
+            written.append(tokenizer.decode(new, clean_up_tokenization_spaces=False))
+            continue
+        text = tokenizer.decode(head + new, clean_up_tokenization_spaces=False)
+        written.append(text[len(prompt) :] if text.startswith(prompt) else "")  # "": stopped before the tail
+    return written
