@@ -143,3 +143,49 @@ def test_without_bubblewrap_eval_says_how_to_install_it(monkeypatch, tmp_path, c
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert main(["eval", "--samples", str(tmp_path / "x.jsonl"), "--out", str(tmp_path / "o")]) == 2
     assert "apt-get install bubblewrap" in capsys.readouterr().err
+
+
+MULTIPL_E = Path(__file__).parent / "fixtures" / "multipl_e"
+# Completions written for the fixture's problems (MultiPL-E's schema, made here): right ones, wrong ones, and
+# ones that do not compile; some run past their stop tokens, as a model's do.
+SOLUTIONS = {
+    "js": (["  return x + y;\n}\n\nfunction more(){", "  return Math.max(...l);\n}\n",
+            "  return text == text.split('').reverse().join('');\n}\n"],
+           ["  return x - y;\n}\n", "  return l[0];\n}\n", "  return true;\n}\n"], "  return (;\n}\n"),
+    "java": (["        return x + y;\n    }\n    static int more;", "        return Collections.max(l);\n    }\n",
+              "        return new StringBuilder(text).reverse().toString().equals(text);\n    }\n"],
+             ["        return x * y;\n    }\n", "        return l.get(0);\n    }\n", "        return true;\n    }\n"],
+             "        return x +;\n    }\n"),
+    "cpp": (["    return x + y;\n}\nint more() {", "    return *std::max_element(l.begin(), l.end());\n}\n",
+             "    return std::string(text.rbegin(), text.rend()) == text;\n}\n"],
+            ["    return x - y;\n}\n", "    return l[0];\n}\n", "    return true;\n}\n"], "    return x +;\n}\n"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("language", ["js", "java", "cpp"])
+def test_multipl_e_canonical_solutions_pass_and_wrong_ones_fail(language):
+    from stackcurate.evaluate import multipl_e
+
+    if reason := multipl_e.missing(language):
+        pytest.skip(f"multipl-e:{language}: {reason}")
+    records = multipl_e.load(language, str(MULTIPL_E / f"humaneval-{language}.jsonl"))  # the Hub's loader
+    right, wrong, broken = SOLUTIONS[language]
+    completions = [[r, w, broken] for r, w in zip(right, wrong, strict=True)]
+    table = results_table(f"multipl-e:{language}", multipl_e.score(language, records, completions))
+    statuses = [(r["task_id"], r["sample"], r["status"]) for r in table.to_pylist()]
+    expected = ["ok", "failed", "syntax_error"]
+    assert statuses == [(rec["name"], i, s) for rec in records for i, s in enumerate(expected)], table.to_pylist()
+    assert "more" not in table.column("completion")[0].as_py()  # cut at the record's stop tokens
+
+
+def test_multipl_e_names_its_languages_and_says_what_is_missing(monkeypatch):
+    import shutil
+
+    from stackcurate.core.errors import StackcurateError
+    from stackcurate.evaluate import multipl_e
+
+    assert multipl_e.parse("multipl-e:js, java") == ["js", "java"]
+    with pytest.raises(StackcurateError, match="cobol not known"):
+        multipl_e.parse("multipl-e:js,cobol")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert multipl_e.missing("java") == "javac, java not installed (apt-get install default-jdk-headless)"

@@ -44,8 +44,13 @@ def python_program(source: str) -> Program:
     return Program({"program.py": source}, (sys.executable, "-I", "-S", "program.py"))
 
 
+COMPILE_FAILED = 97  # the exit code of a program whose compiler failed (multipl_e.py's commands)
+
+
 def status_of(run: Run) -> str:
     """The sample's status: `ok`, `failed`, `syntax_error` (it did not compile), `timeout`, `killed`."""
+    if run.status == "failed" and run.returncode == COMPILE_FAILED:
+        return "syntax_error"
     if run.status == "failed" and any(
         marker in run.stderr for marker in ("SyntaxError:", "IndentationError:", "TabError:")
     ) and "Traceback" not in run.stderr:  # fmt: skip

@@ -56,8 +56,9 @@ class Limits:
 
 @dataclass(frozen=True)
 class Run:
-    """How a program ended: `ok` (exit 0), `failed` (another exit code), `timeout` (wall or CPU time),
-    `killed` (a signal, or output past the limit), with its output (cut at the limit) and wall time."""
+    """How a program ended: `ok` (exit 0), `failed` (another exit code, or a signal of its own: an abort, a
+    segmentation fault), `timeout` (wall or CPU time), `killed` (SIGKILL, or output past the limit), with its
+    output (cut at the limit) and wall time."""
 
     status: str
     returncode: int
@@ -165,11 +166,12 @@ class Sandbox:
         if uid is not None:
             _kill_user(uid)  # nothing of it survives, whatever it did (the namespace's end kills it all already)
         code = proc.returncode
-        if timed_out or code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        died = -code if code < 0 else code - 128 if code > 128 else 0  # the signal that ended it (bwrap: 128 + n)
+        if timed_out or died == signal.SIGXCPU:
             status = "timeout"
-        elif over.is_set() or code < 0 or code > 128:
+        elif over.is_set() or died == signal.SIGKILL:  # killed here, or by the kernel
             status = "killed"
-        else:
+        else:  # its own end: an exit code, or a signal it raised (a failed C assert aborts)
             status = "ok" if code == 0 else "failed"
         out, err = (data.decode("utf-8", "replace") for data in outputs)
         return Run(status, code, out, err, seconds)
