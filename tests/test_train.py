@@ -282,6 +282,27 @@ def test_a_batch_of_prompts_completes_as_each_prompt_alone(checkpoint):
     assert together == alone and any(alone)
 
 
+@pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
+def test_eval_of_a_checkpoint_scores_humaneval_and_multipl_e_in_one_table(checkpoint, tmp_path, capsys):
+    """A trained checkpoint's completions, run in the sandbox: one row per sample and benchmark, pass@1 each."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from stackcurate.cli import main
+
+    fixtures = Path(__file__).parent / "fixtures" / "multipl_e"
+    out = tmp_path / "eval"
+    argv = ["eval", str(checkpoint), "--out", str(out), "--benchmarks", "humaneval", "multipl-e:js",
+            "--multipl-e-data", str(fixtures), "--problems", "3", "--max-new-tokens", "8"]  # fmt: skip
+    assert main(argv) == 0
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    assert [(r["benchmark"], r["sample"]) for r in rows] == [("humaneval", 0)] * 3 + [("multipl-e:js", 0)] * 3
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary) == {"humaneval", "multipl-e:js"} and "pass@1" in summary["humaneval"]["pass@k"]
+    assert "humaneval: pass@1" in capsys.readouterr().out
+
+
 def test_train_help_describes_the_command_and_its_required_flags(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])

