@@ -189,3 +189,18 @@ def test_multipl_e_names_its_languages_and_says_what_is_missing(monkeypatch):
         multipl_e.parse("multipl-e:js,cobol")
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert multipl_e.missing("java") == "javac, java not installed (apt-get install default-jdk-headless)"
+
+
+def test_single_line_infilling_is_derived_from_humaneval_and_its_canonical_lines_pass():
+    tasks = he.infill_tasks()
+    assert len(tasks) == 1033  # the published HumanEval single-line infilling set
+    some = [t for t in tasks if t.problem["task_id"] in {f"HumanEval/{n}" for n in range(0, 164, 16)}]
+    done = [he.infill_sample(t, 0, t.middle.rstrip("\n") + "\nthe model went on") for t in some]
+    assert all(exact for _, exact in done)
+    wrong = [he.infill_sample(t, 1, "    raise SystemExit(3)") for t in some]
+    runs = execute([python_program(s.program) for s, _ in done + wrong], Limits(wall_seconds=4.0, cpu_seconds=3))
+    table = results_table("humaneval-infill", [(s.task_id, s.index, s.completion, r) for (s, _), r
+                                               in zip(done + wrong, runs, strict=True)])  # fmt: skip
+    statuses = table.column("status").to_pylist()
+    assert statuses[: len(done)] == ["ok"] * len(done)
+    assert statuses[len(done) :].count("ok") <= len(wrong) // 10  # a line never reached can pass either way

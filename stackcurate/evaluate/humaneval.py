@@ -97,3 +97,35 @@ def read_samples(path: str | Path) -> list[Sample]:
         problem = by_id[task_id]
         samples.append(Sample(task_id, index, completion, program(problem, problem["prompt"] + completion)))
     return samples
+
+
+@dataclass(frozen=True)
+class InfillTask:
+    """HumanEval single-line infilling (Bavarian et al. 2022): a line of a canonical solution is the middle, the
+    prompt and the lines before it the prefix, the lines after it the suffix."""
+
+    task_id: str  # `HumanEval/<n>/<line>`
+    problem: dict[str, Any]
+    prefix: str
+    suffix: str
+    middle: str
+
+
+def infill_tasks() -> list[InfillTask]:
+    """Every non-blank line of every canonical solution in turn: 1,033 tasks, as the published set."""
+    tasks = []
+    for problem in problems():
+        lines = problem["canonical_solution"].splitlines(keepends=True)
+        for i, line in enumerate(lines):
+            if line.strip():
+                tasks.append(InfillTask(f"{problem['task_id']}/{i}", problem, problem["prompt"] + "".join(lines[:i]),
+                                        "".join(lines[i + 1 :]), line))  # fmt: skip
+    return tasks
+
+
+def infill_sample(task: InfillTask, index: int, generated: str) -> tuple[Sample, bool]:
+    """The generated middle, cut at its first line's end, the program that tests it, and whether it matches
+    the canonical line exactly (stripped, as the published exact-match metric)."""
+    line = generated.split("\n", 1)[0] + "\n"
+    head = task.prefix + line + task.suffix
+    return Sample(task.task_id, index, line, program(task.problem, head)), line.strip() == task.middle.strip()

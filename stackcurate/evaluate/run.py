@@ -21,6 +21,7 @@ from stackcurate.evaluate.sandbox import Limits, Run, Sandbox
 RESULTS = pa.schema([
     ("benchmark", pa.string()), ("task_id", pa.string()), ("sample", pa.int32()), ("status", pa.string()),
     ("passed", pa.bool_()), ("seconds", pa.float64()), ("completion", pa.string()), ("detail", pa.string()),
+    ("exact_match", pa.bool_()),  # infilling: the middle equals the canonical one (null for other benchmarks)
 ])  # fmt: skip
 STATUSES = ("ok", "failed", "syntax_error", "timeout", "killed")
 
@@ -79,15 +80,17 @@ def execute(
     return [runs[p.key] for p in programs]
 
 
-def results_table(benchmark: str, rows: Sequence[tuple[str, int, str, Run]]) -> pa.Table:
-    """Rows (task_id, sample, completion, run) as the results' Parquet rows."""
+def results_table(
+    benchmark: str, rows: Sequence[tuple[str, int, str, Run]], exact: Sequence[bool] | None = None
+) -> pa.Table:
+    """Rows (task_id, sample, completion, run) as the results' Parquet rows; `exact`: each row's exact match."""
     out = []
-    for task_id, sample, completion, run in rows:
+    for number, (task_id, sample, completion, run) in enumerate(rows):
         status = status_of(run)
         detail = (run.stderr or run.stdout).strip()[-500:]
         out.append({"benchmark": benchmark, "task_id": task_id, "sample": sample, "status": status,
                     "passed": status == "ok", "seconds": round(run.seconds, 4), "completion": completion,
-                    "detail": detail})  # fmt: skip
+                    "detail": detail, "exact_match": None if exact is None else exact[number]})  # fmt: skip
     return pa.Table.from_pylist(out, schema=RESULTS)
 
 
@@ -106,6 +109,9 @@ def summary(table: pa.Table, ks: Sequence[int] = (1, 10, 100)) -> dict[str, Any]
             "pass@k": {f"pass@{k}": v for k, v in mean_pass_at_k(counts, ks).items()},
             "statuses": dict(Counter(r["status"] for r in rows)),
         }  # fmt: skip
+        exact = [r["exact_match"] for r in rows if r["exact_match"] is not None]
+        if exact:
+            found[benchmark]["exact_match"] = sum(exact) / len(exact)
     return found
 
 
