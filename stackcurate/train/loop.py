@@ -23,6 +23,8 @@ import logging
 import math
 import os
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -74,6 +76,13 @@ class TrainConfig:
     peak_tflops: float | None = option(
         None, "peak FLOP/s of one device for MFU (default: from the GPU's name)", output=False
     )
+    eval: tuple[str, ...] = option(
+        (), "benchmarks scored at every checkpoint as `stackcurate eval` scores them (humaneval, humaneval-infill, "
+        "multipl-e:js,java,cpp): greedy pass@1 in OUT/evals.csv, each checkpoint's results in OUT/eval/",
+        output=False,
+    )  # fmt: skip
+    eval_problems: int | None = option(None, "with --eval: only the first N problems of each (quicker)", output=False)
+    eval_max_new_tokens: int = option(128, "with --eval: the longest completion", output=False)
     stop_after: int | None = option(None, "stop after this step as if interrupted (testing resume)", output=False)
     overwrite: bool = option(False, "start anew: delete the checkpoints and metrics.csv in --out", output=False)
 
@@ -219,6 +228,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
             torch.cuda.set_rng_state(state["rng"]["cuda"], device)
         if rank == 0:
             _truncate(out / "metrics.csv", step)  # rows an interrupted run logged after its last checkpoint
+            _truncate(out / EVALS, step)
             log.info("resuming from %s", resume)
     if rank == 0:
         log.info("%s", split.describe())
@@ -325,6 +335,9 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
             _append(metrics_path, row)
         if step % cfg.save_every == 0 or step == last:  # every rank: FSDP gathers the full state
             _save(out, net, optimizer, scheduler, step, position, cfg, torch, device, rank, world, fsdp)
+            if cfg.eval and rank == 0:
+                bar.clear()
+                _evaluate(out, step, cfg)
     bar.close()
     if own_group:
         dist.destroy_process_group()
@@ -404,6 +417,8 @@ def _clear(out: Path) -> None:
     for old in [*out.glob("checkpoint-*"), *out.glob(".checkpoint-*.tmp")]:
         shutil.rmtree(old)
     (out / "metrics.csv").unlink(missing_ok=True)
+    (out / EVALS).unlink(missing_ok=True)
+    shutil.rmtree(out / "eval", ignore_errors=True)
 
 
 def _truncate(path: Path, step: int) -> None:
@@ -418,6 +433,38 @@ def _truncate(path: Path, step: int) -> None:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(kept)
+
+
+EVALS = "evals.csv"  # step, benchmark, pass@1 (and exact match) of each checkpoint, with --eval
+
+
+def _evaluate(out: Path, step: int, cfg: TrainConfig) -> None:
+    """Score `checkpoint-<step>` with `stackcurate eval` (greedy pass@1), its results in `eval/checkpoint-<step>`
+    and a row per benchmark in evals.csv. In another process: the pipeline's libraries and the sandbox are
+    not the trainer's; a failure is a warning, and training goes on."""
+    folder = out / "eval" / f"checkpoint-{step}"
+    command = [sys.executable, "-m", "stackcurate.cli", "eval", str(out / f"checkpoint-{step}"), "--out",
+               str(folder), "--benchmarks", *cfg.eval, "--n", "1", "--max-new-tokens", str(cfg.eval_max_new_tokens),
+               *(["--problems", str(cfg.eval_problems)] if cfg.eval_problems else [])]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        log.warning("eval of checkpoint-%d failed: %s", step, last)
+        return
+    for benchmark, result in json.loads((folder / "summary.json").read_text()).items():
+        _append(out / EVALS, {"step": step, "benchmark": benchmark, "pass@1": result["pass@k"].get("pass@1"),
+                              "exact_match": result.get("exact_match")})  # fmt: skip
+        log.info("checkpoint-%d %s: pass@1 %.4f", step, benchmark, result["pass@k"].get("pass@1", float("nan")))
+
+
+def read_evals(out: str | Path) -> list[dict[str, Any]]:
+    """The rows of a run's evals.csv (none without --eval)."""
+    path = Path(out) / EVALS
+    if not path.exists():
+        return []
+    with path.open() as f:
+        return [{**r, "step": int(r["step"]), "pass@1": float(r["pass@1"]) if r["pass@1"] else None}
+                for r in csv.DictReader(f)]  # fmt: skip
 
 
 def _mean_over_ranks(value: float, world: int, torch: Any, device: Any) -> float:
