@@ -45,6 +45,8 @@ demo: install
 	stackcurate attribute work/demo --file work/demo/generated.txt --min-tokens 8
 	@# HumanEval pass@1 of the demo's model, each program run in the sandbox (docs/evaluation.md)
 	stackcurate eval work/demo/train/checkpoint-600 --out work/demo/eval --n 1 --max-new-tokens 128
+	@# the run's report again, now with the model's pass@1 (its Evaluation section)
+	stackcurate report work/demo
 
 test: install-dev
 	RAY_USAGE_STATS_ENABLED=0 RAY_DATA_DISABLE_PROGRESS_BARS=1 $(PYTHON) -m pytest -q

@@ -296,3 +296,30 @@ def test_each_language_s_bytes_kept_and_removed_by_each_stage_stack_up(run):
     page = (run / "report" / "index.html").read_text()
     chart = page[page.index("MB per language: kept, and removed by each stage") :].split("</svg>")[0]
     assert "<title>kept after decontaminate</title>" in chart and "<title>removed by language</title>" in chart
+
+
+def test_the_pass_at_k_of_models_trained_on_the_run_is_a_section_of_its_own(tmp_path):
+    """`stackcurate eval`'s folders and the trainer's evals.csv under the run folder, a row each."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stackcurate.report import write_report
+
+    out = tmp_path / "out"
+    argv = ["run", str(FIXTURES / "mini" / "pipeline.yaml"), "--out", str(out), "--runner", "local", "--no-progress"]
+    assert main(argv) == 0
+    (out / "eval").mkdir()
+    pq.write_table(pa.table({"x": [1]}), out / "eval" / "results.parquet")
+    (out / "eval" / "summary.json").write_text(json.dumps(
+        {"humaneval": {"problems": 164, "samples": 164, "pass@k": {"pass@1": 0.125}, "statuses": {}}}))  # fmt: skip
+    (out / "train").mkdir()
+    (out / "train" / "evals.csv").write_text("step,benchmark,pass@1,exact_match\n50,humaneval-infill,0.5,0.25\n")
+    shutil.rmtree(out / "report")
+    folder = write_report(out)
+    rows = json.loads((folder / "summary.json").read_text())["evaluation"]
+    assert [(r["where"], r["step"], r["benchmark"], r["pass@1"]) for r in rows] == [
+        ("eval", None, "humaneval", 0.125), ("train", 50, "humaneval-infill", 0.5)]  # fmt: skip
+    page = (folder / "index.html").read_text()
+    assert "Evaluation</h2>" in page and "<td>0.1250</td>" in page and "<td>0.2500</td>" in page

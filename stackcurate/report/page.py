@@ -205,6 +205,13 @@ def page(summary: dict[str, Any]) -> str:
                      f"in {index['parts']} parts. Which training files a generation copies: <code>stackcurate "
                      f"attribute {folder} --file generated.txt</code>; over HTTP (llm-vscode's attribution, a page): "
                      f"<code>stackcurate serve {folder}</code>.</p>")  # fmt: skip
+    if evaluation := summary.get("evaluation"):
+        columns = ["where", "step", "benchmark", *sorted({k for r in evaluation for k in r if k.startswith("pass@")}),
+                   "exact_match"]  # fmt: skip
+        shown = [{k: f"{v:.4f}" if isinstance(v, float) else v for k, v in r.items()} for r in evaluation]
+        parts.append("<h2>Evaluation</h2><p>pass@k of the models trained on this run (<code>stackcurate eval</code>, "
+                     "<code>stackcurate train --eval</code>), each program run in a sandbox.</p>"
+                     + _table(shown, columns))  # fmt: skip
     parts.append("<h2>Configuration and versions</h2><pre>"
                  + html.escape(yaml.safe_dump({"versions": summary["run"]["versions"], "config": summary["config"]},
                                               sort_keys=False)) + "</pre>")  # fmt: skip

@@ -1,6 +1,7 @@
 """Every number of the report, from the run's own stats and removed rows through DuckDB (the views of
 `stackcurate query`), so it always agrees with `stackcurate stats`."""
 
+import csv
 import dataclasses
 import json
 import platform
@@ -137,6 +138,7 @@ def summarize(out: str | Path) -> dict[str, Any]:
         },  # fmt: skip
         "stages": stages,
         "attribution": _attribution(out),
+        "evaluation": _evaluation(out),
         "funnel": funnel,
         "tokens": int(totals.get("tokenize", {}).get("tokens", 0)),
         "removed_by_reason": [r | {"docs": int(r["docs"] or 0), "bytes": int(r["bytes"] or 0)} for r in reasons],
@@ -215,6 +217,25 @@ def _attribution(out: Path) -> dict[str, Any] | None:
     info = json.loads(info_path.read_text())
     return {"folder": str(out / "attribution"), "parts": len(info["parts"]), "tokens": info["tokens"],
             "files": info["files"], "min_tokens": info["min_tokens"]}  # fmt: skip
+
+
+def _evaluation(out: Path) -> list[dict[str, Any]]:
+    """pass@k of the models trained on this run, from the folders under the run folder that `stackcurate eval`
+    wrote (a `summary.json` beside a `results.parquet`) and from the trainer's `evals.csv` (--eval): a row per
+    folder or checkpoint, and benchmark."""
+    rows = []
+    for summary in sorted(out.glob("*/summary.json")):
+        if (summary.parent / "results.parquet").is_file():
+            for benchmark, result in json.loads(summary.read_text()).items():
+                rows.append({"where": summary.parent.name, "step": None, "benchmark": benchmark, **result["pass@k"],
+                             "exact_match": result.get("exact_match"), "samples": result["samples"]})  # fmt: skip
+    for evals in sorted(out.glob("*/evals.csv")):
+        with evals.open() as f:
+            for row in csv.DictReader(f):
+                value = {k: float(row[k]) if row.get(k) else None for k in ("pass@1", "exact_match")}
+                rows.append({"where": evals.parent.name, "step": int(row["step"]), "benchmark": row["benchmark"],
+                             **value})  # fmt: skip
+    return rows
 
 
 def _removed_by_kind(con: Any, views: list[str], stages: list[str]) -> list[dict[str, Any]]:
