@@ -323,3 +323,15 @@ def test_the_pass_at_k_of_models_trained_on_the_run_is_a_section_of_its_own(tmp_
         ("eval", None, "humaneval", 0.125), ("train", 50, "humaneval-infill", 0.5)]  # fmt: skip
     page = (folder / "index.html").read_text()
     assert "Evaluation</h2>" in page and "<td>0.1250</td>" in page and "<td>0.2500</td>" in page
+    # two curation variants on one page: the same benchmark's row holds both runs' pass@1
+    other = tmp_path / "other"
+    assert main(["run", str(FIXTURES / "mini" / "pipeline.yaml"), "--out", str(other), "--runner", "local",
+                 "--no-progress"]) == 0  # fmt: skip
+    (other / "eval").mkdir()
+    pq.write_table(pa.table({"x": [1]}), other / "eval" / "results.parquet")
+    (other / "eval" / "summary.json").write_text(json.dumps(
+        {"humaneval": {"problems": 164, "samples": 164, "pass@k": {"pass@1": 0.25}, "statuses": {}}}))  # fmt: skip
+    assert main(["report", str(out), str(other)]) == 0
+    compared = (out / "report" / "compare.html").read_text()
+    assert "<td>humaneval</td><td>eval</td><td></td><td>pass@1</td><td>0.1250</td><td>0.2500</td>" in compared
+    assert (other / "report" / "index.html").is_file()

@@ -41,7 +41,7 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "report", help="the run's report: OUT/report/index.html, summary.json, README.md (dataset card)"
     )
-    p.add_argument("out", help="output folder of a run")
+    p.add_argument("out", nargs="+", help="output folder of a run; several: also one page comparing them")
     p.set_defaults(handler=_cmd_report)
 
     p = sub.add_parser(
@@ -103,9 +103,12 @@ def _cmd_purge(args: argparse.Namespace) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> None:
-    from stackcurate.report import write_report
+    from stackcurate.report import compare_runs, write_report
 
-    folder = write_report(args.out)
+    if len(args.out) > 1:  # curation variants side by side
+        print(f"{compare_runs(args.out)} (and each run's own report)")
+        return
+    folder = write_report(args.out[0])
     print(f"{folder / 'index.html'}, {folder / 'summary.json'}, {folder / 'README.md'}")
 
 

@@ -215,10 +215,40 @@ def page(summary: dict[str, Any]) -> str:
     parts.append("<h2>Configuration and versions</h2><pre>"
                  + html.escape(yaml.safe_dump({"versions": summary["run"]["versions"], "config": summary["config"]},
                                               sort_keys=False)) + "</pre>")  # fmt: skip
-    style = ("body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;"
-             "font-size:12px;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
-             "pre{background:#f6f6f6;padding:1em;font-size:11px;overflow:auto}.none{color:#888}")  # fmt: skip
+    return _document("stackcurate report", parts)
+
+
+STYLE = ("body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:collapse;"
+         "font-size:12px;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
+         "pre{background:#f6f6f6;padding:1em;font-size:11px;overflow:auto}.none{color:#888}")  # fmt: skip
+
+
+def _document(title: str, parts: list[str]) -> str:
     numbers = iter(range(1, 100))  # the sections a run has, numbered in order (a stage that removed nothing has none)
     body = re.sub("<h2>", lambda _: f"<h2>{next(numbers)}. ", "".join(parts))
-    return (f"<!doctype html><html><head><meta charset=utf-8><title>stackcurate report</title><style>{style}</style>"
-            f"</head><body>{body}</body></html>\n")  # fmt: skip
+    return (f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{STYLE}"
+            f"</style></head><body>{body}</body></html>\n")  # fmt: skip
+
+
+def comparison(runs: list[tuple[str, dict[str, Any]]]) -> str:
+    """Several runs on one page (curation variants): documents kept by each stage, tokens, and the pass@k of
+    the models trained on each, side by side."""
+    names = [name for name, _ in runs]
+    parts = ["<h1>stackcurate: runs compared</h1><p>" + " · ".join(html.escape(n) for n in names) + "</p>"]
+    stages = list(dict.fromkeys(stage for _, s in runs for stage in s["stages"]))
+    kept = [{"stage": stage, **{name: next((f["docs_out"] for f in s["funnel"] if f["stage"] == stage), None)
+                                for name, s in runs}} for stage in stages]  # fmt: skip
+    kept.append({"stage": "tokens", **{name: s["tokens"] or None for name, s in runs}})
+    parts.append("<h2>Documents kept by each stage</h2>" + _table(kept, ["stage", *names]))
+    scores: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for name, s in runs:
+        for r in s.get("evaluation") or []:
+            for metric in sorted(k for k in r if k.startswith("pass@") or k == "exact_match"):
+                if r[metric] is not None:
+                    key = (r["benchmark"], r["where"], r["step"], metric)
+                    row = scores.setdefault(key, dict(zip(("benchmark", "where", "step", "metric"), key, strict=True)))
+                    row[name] = f"{r[metric]:.4f}"
+    if scores:
+        parts.append("<h2>Evaluation</h2>" + _table(list(scores.values()), ["benchmark", "where", "step", "metric",
+                                                                             *names]))  # fmt: skip
+    return _document("stackcurate: runs compared", parts)
