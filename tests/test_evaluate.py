@@ -161,11 +161,14 @@ SOLUTIONS = {
     "cpp": (["    return x + y;\n}\nint more() {", "    return *std::max_element(l.begin(), l.end());\n}\n",
              "    return std::string(text.rbegin(), text.rend()) == text;\n}\n"],
             ["    return x - y;\n}\n", "    return l[0];\n}\n", "    return true;\n}\n"], "    return x +;\n}\n"),
+    "rs": (["    x + y\n}\nfn more() {", "    *l.iter().max().unwrap()\n}\n",
+            "    text.chars().rev().collect::<String>() == text\n}\n"],
+           ["    x - y\n}\n", "    l[0]\n}\n", "    true\n}\n"], "    x +\n}\n"),
 }  # fmt: skip
 
 
 @pytest.mark.timeout(360)  # a JVM or g++ per program
-@pytest.mark.parametrize("language", ["js", "java", "cpp"])
+@pytest.mark.parametrize("language", ["js", "java", "cpp", "rs"])
 def test_multipl_e_canonical_solutions_pass_and_wrong_ones_fail(language):
     from stackcurate.evaluate import multipl_e
 

@@ -18,7 +18,7 @@ of a canonical solution in turn is the middle of a FIM prompt), scored by its te
 
 examples:
   stackcurate eval work/demo/train/checkpoint-600 --out work/demo/eval --n 1 --max-new-tokens 128
-  stackcurate eval work/run/train/checkpoint-2000 --out work/eval --benchmarks humaneval multipl-e:js,java,cpp
+  stackcurate eval work/run/train/checkpoint-2000 --out work/eval --benchmarks humaneval multipl-e:js,java,cpp,rs
   stackcurate eval --samples samples.jsonl --out work/eval
 """
 
@@ -33,7 +33,8 @@ def add_parsers(sub: Any) -> None:
         "--benchmarks",
         nargs="+",
         default=["humaneval"],
-        help="humaneval, multipl-e:LANG,... (js, java, cpp; each skipped, said so, without its toolchain)",
+        help="humaneval, humaneval-infill (single-line FIM), multipl-e:LANG,... (js, java, cpp, rs; each skipped, "
+        "said so, without its toolchain)",
     )
     p.add_argument(
         "--multipl-e-data",
@@ -70,7 +71,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
             languages += multipl_e.parse(bench)
         elif bench not in ("humaneval", "humaneval-infill"):
             raise StackcurateError(
-                f"eval: unknown benchmark {bench}; humaneval, humaneval-infill, or multipl-e:js,java,cpp"
+                f"eval: unknown benchmark {bench}; humaneval, humaneval-infill, or multipl-e:js,java,cpp,rs"
             )
     if args.samples is not None and set(args.benchmarks) != {"humaneval"}:
         raise StackcurateError("eval: --samples holds HumanEval completions; run the others from a checkpoint")

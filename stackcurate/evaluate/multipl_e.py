@@ -3,14 +3,16 @@
 is the prompt, the completion cut at the record's stop tokens, and the tests, as MultiPL-E assembles it; it
 passes when it exits with 0. Each language here is a file name and a command: compile (a failure is a
 `syntax_error`, as MultiPL-E counts it), then run, in the sandbox, with limits fitted to its toolchain (a JVM
-reserves gigabytes of address space and starts tens of threads).
+reserves gigabytes of address space and starts tens of threads; rustup's toolchain is in the user's home).
 
 The data is read by HF `datasets`: the Hub's `nuprl/MultiPL-E` (`humaneval-<language>`, split `test`), or a JSONL
 file of the same records (`path`), through the same code.
 """
 
+import os
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from stackcurate.core.errors import StackcurateError
@@ -32,9 +34,13 @@ class Language:
     install: str  # how to get the toolchain on Debian
     command: str
     limits: Limits = Limits(wall_seconds=15.0, cpu_seconds=15)
+    binds: tuple[str, ...] = ()  # folders of the toolchain outside /usr, bound read-only
 
 
 _JVM = "-Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+# rustup's toolchains live in the user's home: bound read-only, and named to its proxy
+_CARGO = os.environ.get("CARGO_HOME", str(Path.home() / ".cargo"))
+_RUSTUP = os.environ.get("RUSTUP_HOME", str(Path.home() / ".rustup"))
 LANGUAGES = {
     "js": Language("JavaScript", "program.js", ("node",), "apt-get install nodejs", "exec node program.js"),
     "java": Language(
@@ -46,6 +52,13 @@ LANGUAGES = {
         "C++", "program.cpp", ("g++",), "apt-get install g++",
         f"g++ -std=c++17 -O0 -o program program.cpp || exit {COMPILE_FAILED}; exec ./program",
         Limits(wall_seconds=30.0, cpu_seconds=30, memory_mb=4096, processes=64),
+    ),
+    "rs": Language(
+        "Rust", "program.rs", ("rustc",), "apt-get install rustc, or rustup",
+        f"RUSTUP_HOME={_RUSTUP} CARGO_HOME={_CARGO} rustc -o program program.rs || exit {COMPILE_FAILED}; "
+        "exec ./program",
+        Limits(wall_seconds=30.0, cpu_seconds=30, memory_mb=4096, processes=64),
+        tuple(p for p in (_CARGO, _RUSTUP) if Path(p).is_dir()),
     ),
 }  # fmt: skip
 
@@ -104,5 +117,6 @@ def score(
         for record, texts in zip(records, completions, strict=True)
         for i, text in enumerate(texts)
     ]
-    runs = execute([p for *_, p in cut_programs], LANGUAGES[language].limits, workers)
+    spec = LANGUAGES[language]
+    runs = execute([p for *_, p in cut_programs], spec.limits, workers, binds=spec.binds)
     return [(name, i, written, run) for (name, i, written, _), run in zip(cut_programs, runs, strict=True)]

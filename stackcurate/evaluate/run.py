@@ -61,11 +61,11 @@ def status_of(run: Run) -> str:
 
 def execute(
     programs: Sequence[Program], limits: Limits, workers: int | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, binds: tuple[str, ...] = (),
 ) -> list[Run]:  # fmt: skip
     """Run each program (the same program once) in the sandbox, `workers` at a time (default: two per CPU: a
     sandbox's start waits on the kernel as much as it computes; `benchmarks/eval_throughput.py`)."""
-    sandbox = Sandbox(limits)
+    sandbox = Sandbox(limits, binds)
     distinct = {p.key: p for p in programs}
     workers = workers or 2 * (os.cpu_count() or 1)
 

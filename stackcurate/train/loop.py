@@ -78,7 +78,7 @@ class TrainConfig:
     )
     eval: tuple[str, ...] = option(
         (), "benchmarks scored at every checkpoint as `stackcurate eval` scores them (humaneval, humaneval-infill, "
-        "multipl-e:js,java,cpp): greedy pass@1 in OUT/evals.csv, each checkpoint's results in OUT/eval/",
+        "multipl-e:js,java,cpp,rs): greedy pass@1 in OUT/evals.csv, each checkpoint's results in OUT/eval/",
         output=False,
     )  # fmt: skip
     eval_problems: int | None = option(None, "with --eval: only the first N problems of each (quicker)", output=False)
