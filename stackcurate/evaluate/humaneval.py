@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from stackcurate.core.errors import StackcurateError
+from stackcurate.evaluate.sandbox import Limits
 
 STOP = ("\nclass", "\ndef", "\n#", "\n@", "\nprint", "\nif", "\n```", "<file_sep>")
 TIMEOUT = 3.0  # seconds a program may run, as both harnesses
+LIMITS = Limits(wall_seconds=TIMEOUT + 1.0, cpu_seconds=int(TIMEOUT) + 2)  # the wall: the interpreter's start too
 
 
 @dataclass(frozen=True)
@@ -129,3 +131,12 @@ def infill_sample(task: InfillTask, index: int, generated: str) -> tuple[Sample,
     line = generated.split("\n", 1)[0] + "\n"
     head = task.prefix + line + task.suffix
     return Sample(task.task_id, index, line, program(task.problem, head)), line.strip() == task.middle.strip()
+
+
+def run(benchmark: str, samples: list[Sample], workers: int | None = None, exact: list[bool] | None = None) -> Any:
+    """Run the samples' programs in the sandbox; their results' table (run.results_table)."""
+    from stackcurate.evaluate.run import execute, python_program, results_table
+
+    runs = execute([python_program(s.program) for s in samples], LIMITS, workers)
+    rows = [(s.task_id, s.index, s.completion, r) for s, r in zip(samples, runs, strict=True)]
+    return results_table(benchmark, rows, exact)

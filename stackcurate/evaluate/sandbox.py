@@ -21,6 +21,7 @@ interpreter, which a program can restore or get around (`ctypes`, `importlib.rel
 system, network and process table open; its authors say it is not a security boundary.
 """
 
+import contextlib
 import itertools
 import os
 import resource
@@ -208,31 +209,35 @@ def _kill(proc: subprocess.Popen) -> None:
         pass
 
 
+def _pids_of(uid: int) -> list[str]:
+    """The processes `uid` runs now (their /proc entries)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    found.append(entry)
+            except (FileNotFoundError, PermissionError):
+                continue
+    return found
+
+
 def _kill_user(uid: int) -> None:
     """Kill every process of `uid` (a sandbox's own user id), should any have escaped its namespace."""
     for _ in range(3):
-        found = False
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if os.stat(f"/proc/{entry}").st_uid == uid:
-                        found = True
-                        os.kill(int(entry), signal.SIGKILL)
-                except (FileNotFoundError, ProcessLookupError, PermissionError):
-                    continue
-        if not found:
+        pids = _pids_of(uid)
+        if not pids:
             return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
         time.sleep(0.01)
 
 
 def _tasks_of(uid: int) -> int:
     """How many tasks (processes and threads) `uid` runs now: RLIMIT_NPROC counts them all."""
     count = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    count += len(os.listdir(f"/proc/{entry}/task"))
-            except (FileNotFoundError, PermissionError):
-                continue
+    for pid in _pids_of(uid):
+        with contextlib.suppress(FileNotFoundError):
+            count += len(os.listdir(f"/proc/{pid}/task"))
     return count
