@@ -314,13 +314,18 @@ def test_the_pass_at_k_of_models_trained_on_the_run_is_a_section_of_its_own(tmp_
     pq.write_table(pa.table({"x": [1]}), out / "eval" / "results.parquet")
     (out / "eval" / "summary.json").write_text(json.dumps(
         {"humaneval": {"problems": 164, "samples": 164, "pass@k": {"pass@1": 0.125}, "statuses": {}}}))  # fmt: skip
+    (out / "evals" / "checkpoint-30").mkdir(parents=True)  # `stackcurate eval` of several checkpoints
+    pq.write_table(pa.table({"x": [1]}), out / "evals" / "checkpoint-30" / "results.parquet")
+    (out / "evals" / "checkpoint-30" / "summary.json").write_text(json.dumps(
+        {"humaneval": {"problems": 164, "samples": 164, "pass@k": {"pass@1": 0.0625}, "statuses": {}}}))  # fmt: skip
     (out / "train").mkdir()
     (out / "train" / "evals.csv").write_text("step,benchmark,pass@1,exact_match\n50,humaneval-infill,0.5,0.25\n")
     shutil.rmtree(out / "report")
     folder = write_report(out)
     rows = json.loads((folder / "summary.json").read_text())["evaluation"]
     assert [(r["where"], r["step"], r["benchmark"], r["pass@1"]) for r in rows] == [
-        ("eval", None, "humaneval", 0.125), ("train", 50, "humaneval-infill", 0.5)]  # fmt: skip
+        ("eval", None, "humaneval", 0.125), ("evals", 30, "humaneval", 0.0625),
+        ("train", 50, "humaneval-infill", 0.5)]  # fmt: skip
     page = (folder / "index.html").read_text()
     assert "Evaluation</h2>" in page and "<td>0.1250</td>" in page and "<td>0.2500</td>" in page
     # two curation variants on one page: the same benchmark's row holds both runs' pass@1

@@ -304,6 +304,27 @@ def test_eval_of_a_checkpoint_scores_humaneval_and_multipl_e_in_one_table(checkp
     assert "humaneval: pass@1" in capsys.readouterr().out
 
 
+@pytest.mark.timeout(480)  # an embedded Ray, two tasks that each load the model and run programs
+@pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
+def test_eval_of_several_checkpoints_runs_each_as_a_ray_task_into_its_own_folder(checkpoint, tmp_path, capsys):
+    import json
+    import shutil
+
+    from stackcurate.cli import main
+
+    shutil.copytree(checkpoint, tmp_path / "checkpoint-2")  # a second checkpoint, the same weights
+    out = tmp_path / "eval"
+    argv = ["eval", str(checkpoint), str(tmp_path / "checkpoint-2"), "--out", str(out), "--problems", "2",
+            "--max-new-tokens", "8"]  # fmt: skip
+    assert main(argv) == 0
+    found = [json.loads((out / c / "summary.json").read_text()) for c in (checkpoint.name, "checkpoint-2")]
+    assert found[0] == found[1] and found[0]["humaneval"]["samples"] == 2  # greedy: the same weights, the same
+    printed = capsys.readouterr().out
+    assert f"{checkpoint.name} humaneval: pass@1" in printed and "checkpoint-2 humaneval: pass@1" in printed
+    argv = ["eval", str(checkpoint), str(checkpoint), "--out", str(out)]
+    assert main(argv) == 2  # the same folder name twice: one results folder for two
+
+
 @pytest.mark.timeout(480)  # two evaluations, each a process that loads the model and runs programs
 @pytest.mark.skipif(not Path("/usr/bin/bwrap").exists(), reason="bubblewrap is not installed")
 def test_train_with_eval_records_pass_at_1_of_every_checkpoint(shards, tmp_path, capsys):

@@ -28,7 +28,11 @@ examples:
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser("eval", help="pass@k of a checkpoint on HumanEval, its programs run in a sandbox",
                        description=EVAL, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("checkpoint", nargs="?", help="a checkpoint folder (checkpoint-<step>, with its tokenizer)")
+    p.add_argument(
+        "checkpoints", nargs="*", metavar="checkpoint",
+        help="checkpoint folders (checkpoint-<step>, with its tokenizer); several are evaluated as Ray tasks, each "
+        "into OUT/<its folder name>",
+    )  # fmt: skip
     p.add_argument("--samples", help="score these completions of one benchmark instead (JSONL of task_id and "
                    "completion, or the harness's JSON)")  # fmt: skip
     p.add_argument("--out", required=True, help="folder for results.parquet and summary.json")
@@ -52,20 +56,21 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--problems", type=int, default=None, help="only the first N problems (a quick look)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=None, help="programs run at once (default: two per CPU)")
+    p.add_argument(
+        "--runner", choices=["ray", "local"], default=None,
+        help="ray: each checkpoint a task on Ray (the default for several); local: one after another here",
+    )  # fmt: skip
+    p.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (or RAY_ADDRESS)")
     p.set_defaults(handler=_cmd_eval)
 
 
 def _cmd_eval(args: argparse.Namespace) -> None:
-    import pyarrow as pa
-
     from stackcurate.core.errors import StackcurateError
-    from stackcurate.evaluate import humaneval as he
     from stackcurate.evaluate import multipl_e
-    from stackcurate.evaluate.run import results_table, write
     from stackcurate.evaluate.sandbox import bwrap_path
 
-    if (args.checkpoint is None) == (args.samples is None):
-        raise StackcurateError("eval: give a checkpoint, or --samples FILE, not both")
+    if bool(args.checkpoints) == (args.samples is not None):
+        raise StackcurateError("eval: give checkpoints, or --samples FILE, not both")
     if args.temperature == 0 and args.n != 1:
         raise StackcurateError("eval: greedy decoding (--temperature 0) gives one completion; pass --n 1")
     languages = []
@@ -83,8 +88,47 @@ def _cmd_eval(args: argparse.Namespace) -> None:
             "eval: --samples holds the completions of one benchmark: --benchmarks humaneval, "
             "or one MultiPL-E language (multipl-e:js)"
         )
+    names = [Path(c).resolve().name for c in args.checkpoints]
+    if len(set(names)) != len(names):
+        raise StackcurateError("eval: the checkpoints' folder names are their results' folders: name each once")
     bwrap_path()  # before any generation: the programs will need it
-    model = None if args.checkpoint is None else _load(args.checkpoint)
+    for language in languages:
+        if reason := multipl_e.missing(language):
+            print(f"multipl-e:{language}: skipped, {reason}")
+    out = Path(args.out)
+    options = {k: v for k, v in vars(args).items() if k != "handler"}
+    if len(args.checkpoints) <= 1 or args.runner == "local":
+        jobs = [(c, str(out if len(args.checkpoints) <= 1 else out / n), options)
+                for c, n in zip(args.checkpoints or [None], names or ["samples"], strict=True)]  # fmt: skip
+        found = [evaluate(*job) for job in jobs]
+    else:  # a task per checkpoint: its generation and its programs on one worker of the cluster
+        from stackcurate.runners.ray import map_tasks
+
+        jobs = [(c, str(out / n), options) for c, n in zip(args.checkpoints, names, strict=True)]
+        found = map_tasks(evaluate, jobs, "checkpoints", address=args.ray_address, progress=False)
+    for (_, folder, _), result in zip(jobs, found, strict=True):
+        where = f"{Path(folder).name} " if len(jobs) > 1 else ""
+        for bench, one in result.items():
+            scores = ", ".join(f"{k} {v:.4f}" for k, v in one["pass@k"].items())
+            if "exact_match" in one:
+                scores += f", exact match {one['exact_match']:.4f}"
+            statuses = ", ".join(f"{n} {s}" for s, n in sorted(one["statuses"].items()))
+            print(f"{where}{bench}: {scores} ({one['problems']} problems, {one['samples']} samples: {statuses})")
+        print(f"results: {Path(folder) / 'results.parquet'}")
+
+
+def evaluate(checkpoint: str | None, out: str, options: dict[str, Any]) -> dict[str, Any]:
+    """One checkpoint's benchmarks (or the samples' one) into `out`; its summary. A task of its own: it reads
+    everything from `options` (the command's arguments)."""
+    import pyarrow as pa
+
+    from stackcurate.core.errors import StackcurateError
+    from stackcurate.evaluate import humaneval as he
+    from stackcurate.evaluate import multipl_e
+    from stackcurate.evaluate.run import results_table, write
+
+    args = argparse.Namespace(**options)
+    model = None if checkpoint is None else _load(checkpoint)
     tables = []
     if "humaneval" in args.benchmarks:
         if args.samples is not None:
@@ -104,10 +148,10 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         done = [he.infill_sample(t, i, text) for t, each in zip(tasks, texts, strict=True)
                 for i, text in enumerate(each)]  # fmt: skip
         tables.append(he.run("humaneval-infill", [s for s, _ in done], args.workers, [e for _, e in done]))
-    for language in languages:
-        if reason := multipl_e.missing(language):
-            print(f"multipl-e:{language}: skipped, {reason}")
-            continue
+    multipl = [bench for bench in args.benchmarks if bench.startswith("multipl-e:")]
+    for language in [name for bench in multipl for name in multipl_e.parse(bench)]:
+        if multipl_e.missing(language):
+            continue  # said once, before
         data = Path(args.multipl_e_data) / f"humaneval-{language}.jsonl" if args.multipl_e_data else None
         records = multipl_e.load(language, None if data is None else str(data))[: args.problems]
         if args.samples is not None:
@@ -118,14 +162,7 @@ def _cmd_eval(args: argparse.Namespace) -> None:
         tables.append(results_table(f"multipl-e:{language}", multipl_e.score(language, records, texts, args.workers)))
     if not tables:
         raise StackcurateError("eval: nothing was run (every toolchain asked for is missing)")
-    found = write(Path(args.out), pa.concat_tables(tables))
-    for bench, result in found.items():
-        scores = ", ".join(f"{k} {v:.4f}" for k, v in result["pass@k"].items())
-        if "exact_match" in result:
-            scores += f", exact match {result['exact_match']:.4f}"
-        statuses = ", ".join(f"{n} {s}" for s, n in sorted(result["statuses"].items()))
-        print(f"{bench}: {scores} ({result['problems']} problems, {result['samples']} samples: {statuses})")
-    print(f"results: {Path(args.out) / 'results.parquet'}")
+    return write(Path(out), pa.concat_tables(tables))
 
 
 def _load(checkpoint: str) -> tuple[Any, Any]:

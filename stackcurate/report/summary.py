@@ -224,10 +224,15 @@ def _evaluation(out: Path) -> list[dict[str, Any]]:
     wrote (a `summary.json` beside a `results.parquet`) and from the trainer's `evals.csv` (--eval): a row per
     folder or checkpoint, and benchmark."""
     rows = []
-    for summary in sorted(out.glob("*/summary.json")):
+    # an eval folder, or one of several checkpoints' (`stackcurate eval CKPT... --out F`: F/checkpoint-<step>)
+    found: list[tuple[Path, str, int | None]] = [(s, s.parent.name, None) for s in sorted(out.glob("*/summary.json"))]
+    for summary in sorted(out.glob("*/checkpoint-*/summary.json")):
+        step = summary.parent.name.removeprefix("checkpoint-")
+        found.append((summary, summary.parent.parent.name, int(step) if step.isdigit() else None))
+    for summary, where, step in found:
         if (summary.parent / "results.parquet").is_file():
             for benchmark, result in json.loads(summary.read_text()).items():
-                rows.append({"where": summary.parent.name, "step": None, "benchmark": benchmark, **result["pass@k"],
+                rows.append({"where": where, "step": step, "benchmark": benchmark, **result["pass@k"],
                              "exact_match": result.get("exact_match"), "samples": result["samples"]})  # fmt: skip
     for evals in sorted(out.glob("*/evals.csv")):
         with evals.open() as f:
