@@ -285,6 +285,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
             _append(metrics_path, rows[-1])
     last = cfg.steps if cfg.stop_after is None else min(cfg.steps, cfg.stop_after)
     bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
+    evaluations = _Evaluations(out, cfg)
     net.train()
     while step < last:
         started = time.perf_counter()
@@ -336,9 +337,9 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         if step % cfg.save_every == 0 or step == last:  # every rank: FSDP gathers the full state
             _save(out, net, optimizer, scheduler, step, position, cfg, torch, device, rank, world, fsdp)
             if cfg.eval and rank == 0:
-                bar.clear()
-                _evaluate(out, step, cfg)
+                evaluations.start(step)
     bar.close()
+    evaluations.wait()
     if own_group:
         dist.destroy_process_group()
     return rows
@@ -438,23 +439,48 @@ def _truncate(path: Path, step: int) -> None:
 EVALS = "evals.csv"  # step, benchmark, pass@1 (and exact match) of each checkpoint, with --eval
 
 
-def _evaluate(out: Path, step: int, cfg: TrainConfig) -> None:
-    """Score `checkpoint-<step>` with `stackcurate eval` (greedy pass@1), its results in `eval/checkpoint-<step>`
-    and a row per benchmark in evals.csv. In another process: the pipeline's libraries and the sandbox are
-    not the trainer's; a failure is a warning, and training goes on."""
-    folder = out / "eval" / f"checkpoint-{step}"
-    command = [sys.executable, "-m", "stackcurate.cli", "eval", str(out / f"checkpoint-{step}"), "--out",
-               str(folder), "--benchmarks", *cfg.eval, "--n", "1", "--max-new-tokens", str(cfg.eval_max_new_tokens),
-               *(["--problems", str(cfg.eval_problems)] if cfg.eval_problems else [])]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        log.warning("eval of checkpoint-%d failed: %s", step, last)
-        return
-    for benchmark, result in json.loads((folder / "summary.json").read_text()).items():
-        _append(out / EVALS, {"step": step, "benchmark": benchmark, "pass@1": result["pass@k"].get("pass@1"),
-                              "exact_match": result.get("exact_match")})  # fmt: skip
-        log.info("checkpoint-%d %s: pass@1 %.4f", step, benchmark, result["pass@k"].get("pass@1", float("nan")))
+class _Evaluations:
+    """--eval: each checkpoint scored by `stackcurate eval` (greedy pass@1), its results in
+    `eval/checkpoint-<step>` and a row per benchmark in evals.csv.
+
+    Each in a process of its own (the pipeline's libraries and the sandbox are not the trainer's), started by
+    rank 0 beside the training, which goes on: the other ranks never wait at a collective for an evaluation's
+    length (past NCCL's timeout, that kills the job), and a step is not held up by programs running. One at a
+    time: the next checkpoint's waits for the last's, and the end of training for both. A failure is a warning,
+    and training goes on."""
+
+    def __init__(self, out: Path, cfg: TrainConfig) -> None:
+        self.out, self.cfg = out, cfg
+        self.running: tuple[int, subprocess.Popen, Path] | None = None
+
+    def start(self, step: int) -> None:
+        self.wait()
+        cfg, folder = self.cfg, self.out / "eval" / f"checkpoint-{step}"
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        problems = ["--problems", str(cfg.eval_problems)] if cfg.eval_problems else []
+        command = [sys.executable, "-m", "stackcurate.cli", "eval", str(self.out / f"checkpoint-{step}"), "--out",
+                   str(folder), "--benchmarks", *cfg.eval, "--n", "1", "--max-new-tokens",
+                   str(cfg.eval_max_new_tokens), *problems]  # fmt: skip
+        log_path = folder.parent / f"checkpoint-{step}.log"
+        with log_path.open("w") as log_file:  # a file, not a pipe: nothing waits on a reader
+            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, text=True)
+        self.running = (step, process, log_path)
+
+    def wait(self) -> None:
+        if self.running is None:
+            return
+        step, process, log_path = self.running
+        self.running = None
+        folder = self.out / "eval" / f"checkpoint-{step}"
+        if process.wait() != 0:
+            last = (log_path.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
+            log.warning("eval of checkpoint-%d failed: %s (%s)", step, last, log_path)
+            return
+        for benchmark, result in json.loads((folder / "summary.json").read_text()).items():
+            _append(self.out / EVALS, {"step": step, "benchmark": benchmark,
+                                       "pass@1": result["pass@k"].get("pass@1"),
+                                       "exact_match": result.get("exact_match")})  # fmt: skip
+            log.info("checkpoint-%d %s: pass@1 %.4f", step, benchmark, result["pass@k"].get("pass@1", float("nan")))
 
 
 def read_evals(out: str | Path) -> list[dict[str, Any]]:
