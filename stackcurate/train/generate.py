@@ -20,7 +20,8 @@ def load(checkpoint: str | Path) -> tuple[Any, Any]:
     if not (path / "tokenizer.json").is_file():
         raise StackcurateError(f"{checkpoint} has no tokenizer.json; copy the run's tokenizer folder into it")
     net, tokenizer = Starcoder2ForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
-    if net.config.vocab_size != len(tokenizer):  # the model's ids are the manifest's, which are the tokenizer's
+    # the model's ids are the manifest's, which are the tokenizer's (a published preset's 49,152 may be more)
+    if net.config.vocab_size < len(tokenizer):
         raise StackcurateError(
             f"{checkpoint}: the model has {net.config.vocab_size} token ids but tokenizer.json {len(tokenizer)}; "
             "copy in the tokenizer the shards were made with"

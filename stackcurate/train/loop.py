@@ -38,6 +38,7 @@ from stackcurate.train import data, expect, model
 
 log = logging.getLogger(__name__)
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+ATTENTION = ("auto", "sdpa", "flex_attention", "flash_attention_2")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,11 +69,31 @@ class TrainConfig:
     eval_every: int = option(50, "steps between held-out losses (also before the first and at the last)", output=False)
     eval_batches: int = option(4, "micro-batches per validation loss (fewer if the held-out split is smaller)")
     save_every: int = option(50, "steps between checkpoints (and the last step)", output=False)
+    rope_theta: float | None = option(None, "RoPE base θ (default: the preset's; SC2's 16,384-token stage: 1e6)")
+    context: int | None = option(None, "the model's positions (default: the preset's, else --seq-len)")
+    sliding_window: int | None = option(
+        None, "attend to the last N tokens only (default: the preset's, 4,096 for starcoder2-*; 0: off)"
+    )
+    cross_document_attention: bool = option(
+        False, "let a sample's tokens attend to the documents packed before theirs (Megatron's StarCoder runs did); "
+        "default: positions restart and attention stops at each <|endoftext|>",
+    )  # fmt: skip
+    init_from: str | None = option(
+        None, "start from this checkpoint's weights (a fresh optimizer and schedule): SC2's second stage"
+    )
     seed: int = option(42, "seed of the initial weights, the held-out split and the order of documents and samples")
     device: str = option("auto", "auto (a GPU if there is one), cuda, cpu", output=False)
-    compile: bool = option(False, "torch.compile the model (GPU)", output=False)
+    compile: bool = option(False, "torch.compile each decoder layer (GPU)", output=False)
+    attention: str = option(
+        "auto", "attention kernels: sdpa, flex_attention, flash_attention_2; auto: flash_attention_2 on a GPU where "
+        "flash-attn is installed, else flex_attention on a GPU, sdpa on CPU", output=False,
+    )  # fmt: skip
     bf16: bool | None = option(None, "bf16 autocast (default: on a GPU; a CPU without bf16 units runs it slowly)")
     fsdp: bool = option(False, "with several processes, shard weights, gradients and optimizer state (FSDP2)")
+    activation_checkpointing: int = option(
+        0, "recompute the activations of every Nth decoder layer in the backward pass (1: all; 0: none)",
+        output=False,
+    )  # fmt: skip
     peak_tflops: float | None = option(
         None, "peak FLOP/s of one device for MFU (default: from the GPU's name)", output=False
     )
@@ -89,6 +110,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not self.data or not self.out:
             raise ValueError("--data (the megatron folder) and --out (the run folder) are required")
+        if self.attention not in ATTENTION:
+            raise ValueError(f"--attention {self.attention}: one of {', '.join(ATTENTION)}")
 
 
 def _rates(cfg: TrainConfig) -> tuple[float, float]:
@@ -124,6 +147,44 @@ def _lr(step: int, cfg: TrainConfig) -> float:
 
 def _distributed() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def _attention(cfg: TrainConfig, device: Any) -> str:
+    """The attention implementation: as asked, else the fastest here that masks packed documents exactly."""
+    if cfg.attention != "auto":
+        return cfg.attention
+    if device.type != "cuda":
+        return "sdpa"
+    import importlib.util
+
+    return "flash_attention_2" if importlib.util.find_spec("flash_attn") else "flex_attention"
+
+
+def _load_weights(net: Any, checkpoint: str, fsdp: bool) -> None:
+    """`checkpoint`'s weights into `net` (--init-from): the same shapes, whatever its positions or θ."""
+    from transformers import Starcoder2ForCausalLM
+
+    if not (Path(checkpoint) / "config.json").is_file():
+        raise StackcurateError(f"--init-from {checkpoint}: not a checkpoint folder (no config.json)")
+    weights = Starcoder2ForCausalLM.from_pretrained(checkpoint).state_dict()
+    ours = net.state_dict()
+    wrong = [k for k in ours if k not in weights or tuple(weights[k].shape) != tuple(ours[k].shape)]
+    if wrong or len(weights) != len(ours):
+        first = (wrong or sorted(set(weights) - set(ours)))[0]
+        raise StackcurateError(f"--init-from {checkpoint}: another model's weights (first difference: {first}); "
+                               "use the same --preset")  # fmt: skip
+    if fsdp:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(net, weights, options=StateDictOptions(full_state_dict=True))
+    else:
+        net.load_state_dict(weights)
+
+
+def step_of(out: Path) -> int | None:
+    """The step of `out`'s latest checkpoint, None before the first."""
+    latest = _latest(out)
+    return None if latest is None else int(latest.name.split("-")[1])
 
 
 def _latest(out: Path) -> Path | None:
@@ -174,20 +235,39 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         dist.barrier()  # no rank looks for a checkpoint before rank 0 has deleted them
 
     torch.manual_seed(cfg.seed)
-    net_cfg = model.config(cfg.preset, shards.vocab_size, cfg.seq_len, shards.manifest.get("special_tokens", {}))
-    net = model.build(net_cfg).to(device)
-    fsdp = cfg.fsdp and world > 1
-    if fsdp:  # each decoder layer its own unit, then the rest (embeddings, tied head, final norm) at the root
-        from torch.distributed.fsdp import fully_shard
-
+    special = shards.manifest.get("special_tokens", {})
+    eod = int(shards.manifest.get("eod_id", special.get("<|endoftext|>", 0)))
+    net_cfg = model.config(cfg.preset, shards.vocab_size, cfg.seq_len, special, rope_theta=cfg.rope_theta,
+                           context=cfg.context, sliding_window=cfg.sliding_window)  # fmt: skip
+    bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"  # matmuls in bf16, weights and loss in fp32
+    # on the meta device first: no memory until each rank holds its own shard (a 15B model never whole anywhere)
+    net = model.build(net_cfg, "meta", attention=_attention(cfg, device))
+    if cfg.activation_checkpointing:  # every Nth layer recomputes its activations in the backward pass
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        for i, layer in enumerate(net.model.layers):
+            layer.gradient_checkpointing = i % cfg.activation_checkpointing == 0
+    if cfg.compile:  # each decoder layer on its own (torchtitan's way): small graphs, one compiled for all
         for layer in net.model.layers:
-            fully_shard(layer)
-        fully_shard(net)
+            layer.compile()
+    fsdp = cfg.fsdp and world > 1
+    if fsdp:  # each decoder layer its own unit, then the rest (embeddings, head, final norm) at the root
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        # bf16: weights gathered and computed in bf16, gradients reduced in fp32, the optimizer's copy fp32
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32)
+        for layer in net.model.layers:
+            fully_shard(layer, mp_policy=policy)
+        fully_shard(net, mp_policy=policy)
+    net.to_empty(device=device)
+    net.tie_weights()
+    model.initialize(net, cfg.seed)
+    if cfg.init_from and step_of(out) is None:  # a new run from another's weights; a resumed one has its own
+        _load_weights(net, cfg.init_from, fsdp)
     decay = [p for n, p in net.named_parameters() if p.dim() >= 2 and "embed" not in n]
     no_decay = [p for n, p in net.named_parameters() if p.dim() < 2 or "embed" in n]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=_rates(cfg)[0], betas=(0.9, 0.95), eps=1e-8, fused=not fsdp,  # one kernel, on GPU and CPU alike
+        lr=_rates(cfg)[0], betas=(0.9, 0.95), eps=1e-8, fused=True,  # one kernel, on GPU and CPU, sharded or not
     )  # fmt: skip
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr(s, cfg) / _rates(cfg)[0])
     step, position = 0, 0
@@ -237,9 +317,6 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
         from torch.nn.parallel import DistributedDataParallel
 
         wrapped = DistributedDataParallel(net, device_ids=[local_rank] if device.type == "cuda" else None)
-    if cfg.compile:
-        wrapped = torch.compile(wrapped)
-    bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"  # matmuls in bf16, weights and loss in fp32
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     flops = model.flops_per_token(net_cfg, cfg.seq_len)
     peak = _peak(cfg, torch, device)
@@ -259,8 +336,10 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
 
     def loss_of(batch: np.ndarray) -> Any:
         tokens = torch.from_numpy(batch).to(device, non_blocking=True)
+        inputs = tokens[:, :-1]
+        positions = None if cfg.cross_document_attention else model.document_positions(inputs, eod)
         with autocast:
-            logits = wrapped(input_ids=tokens[:, :-1]).logits
+            logits = wrapped(input_ids=inputs, position_ids=positions, use_cache=False).logits
         return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), tokens[:, 1:].reshape(-1))
 
     # the same held-out samples every time, each read once (a small split holds fewer than eval_batches)
