@@ -13,6 +13,7 @@ import subprocess
 import sys
 import sysconfig
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -483,3 +484,61 @@ def test_train_draws_its_bar_only_on_a_terminal(shards, tmp_path, capsys):
     assert "step/s" not in capsys.readouterr().err  # stderr here is not a terminal
     assert cli.main([*argv, "--overwrite", "--progress"]) == 0
     assert "step/s" in capsys.readouterr().err
+
+
+def _fim(shards: Path, rate: float, spm_rate: float, max_middle: int | None = None) -> data.Fim:
+    manifest = json.loads((shards / "manifest.json").read_text())
+    return data.Fim(manifest["tokenizer"], manifest["special_tokens"], rate, spm_rate, max_middle, seed=7)
+
+
+@pytest.mark.parametrize("order", ["psm", "spm"])
+def test_training_time_fim_writes_the_published_layouts_token_for_token(shards, order):
+    """Each fragment between <|endoftext|> tokens: PSM <fim_prefix>pre<fim_suffix>suf<fim_middle>mid or SPM
+    <fim_prefix><fim_suffix>suf<fim_middle>pre mid (Megatron-LM's `permute`), each part tokenized alone."""
+    fim = _fim(shards, rate=1.0, spm_rate=1.0 if order == "spm" else 0.0)
+    encode = fim._encode
+    first, second = encode("def add(x, y):\n    return x + y\n"), encode("import os\nprint(os.sep)\n")
+    sample = np.array([*first, fim.eod, *second, fim.eod, *first[:5]], dtype=np.int64)
+    out = fim(sample, index=3)
+    assert len(out) == len(sample) and out.dtype == sample.dtype
+    ends = np.flatnonzero(out == fim.eod)
+    fragment = out[: ends[0]].tolist()
+    text = fim.tokenizer.decode(fragment, skip_special_tokens=False)
+    if order == "psm":
+        assert fragment[0] == fim.prefix and fragment.count(fim.suffix) == 1 and fragment.count(fim.middle) == 1
+        pre, rest = text.removeprefix("<fim_prefix>").split("<fim_suffix>")
+        suf, mid = rest.split("<fim_middle>")
+        assert fragment == [fim.prefix, *encode(pre), fim.suffix, *encode(suf), fim.middle, *encode(mid)]
+        assert pre + mid + suf == "def add(x, y):\n    return x + y\n"
+    else:
+        assert fragment[:2] == [fim.prefix, fim.suffix]
+        suf, pre_mid = text.removeprefix("<fim_prefix><fim_suffix>").split("<fim_middle>")
+        assert pre_mid + suf == "def add(x, y):\n    return x + y\n"
+    assert np.array_equal(fim(sample, index=3), out)  # the same sample, the same draws: resumable
+    assert any(not np.array_equal(fim(sample, index=i), out) for i in range(4, 12))
+
+
+def test_training_time_fim_keeps_the_length_caps_the_middle_and_applies_at_its_rate(shards):
+    fim = _fim(shards, rate=0.5, spm_rate=0.5, max_middle=4)
+    docs = [fim._encode(f"value_{i} = compute({i}, 'some text here')\n" * 3) for i in range(40)]
+    sample = np.array([t for d in docs for t in (*d, fim.eod)], dtype=np.int64)
+    out = fim(sample, index=0)
+    assert len(out) == len(sample)
+    fragments = [f[f != fim.eod] for f in np.split(out, np.flatnonzero(out == fim.eod))]
+    permuted = sum(int(fim.prefix in f) for f in fragments)
+    assert 10 <= permuted <= 30  # about half of 40
+    for f in fragments:
+        if fim.middle in f and fim.suffix in f and f.tolist().index(fim.suffix) > 1:  # PSM: the middle is last
+            middle = fim.tokenizer.decode(f[f.tolist().index(fim.middle) + 1 :].tolist(), skip_special_tokens=False)
+            assert len(middle) <= 4 or middle.endswith("<fim_pad>")
+
+
+def test_fim_at_training_time_is_refused_over_shards_the_format_stage_fimmed(tmp_path):
+    texts = ["<fim_prefix>def f():\n<fim_suffix>\n    return 1\n<fim_middle>    x = 1\n" * 20] * 4
+    (tmp_path / "fimmed").mkdir()
+    fimmed = _tokenize(tmp_path / "fimmed", texts, 400)
+    cfg = _cfg(fimmed, tmp_path / "run", steps=2, fim_rate=0.5, seq_len=32)
+    with pytest.raises(StackcurateError, match="already holds FIM spans .* --fim-over-fim"):
+        loop.train(cfg, progress=False)
+    rows = loop.train(replace(cfg, fim_over_fim=True), progress=False)
+    assert rows[-1]["step"] == 2 and math.isfinite(rows[-1]["loss"])

@@ -156,8 +156,8 @@ def hold_out(shards: Shards, share: float, seq_len: int, seed: int) -> Split:
 class Samples:
     """Packed samples of `seq_len + 1` tokens over pieces of the documents (one split)."""
 
-    def __init__(self, shards: Shards, pieces: Pieces, seq_len: int, seed: int) -> None:
-        self.shards, self.pieces, self.seq_len, self.seed = shards, pieces, seq_len, seed
+    def __init__(self, shards: Shards, pieces: Pieces, seq_len: int, seed: int, fim: "Fim | None" = None) -> None:
+        self.shards, self.pieces, self.seq_len, self.seed, self.fim = shards, pieces, seq_len, seed, fim
         self.per_epoch = max(0, (pieces.tokens - 1) // seq_len)
         if self.per_epoch == 0:
             raise ValueError(f"{pieces.tokens} tokens hold no sample of {seq_len + 1}")  # hold_out makes sure
@@ -192,8 +192,75 @@ class Samples:
             parts.append(take)
             at += len(take)
             d += 1
-        return np.concatenate(parts).astype(np.int64)
+        sample = np.concatenate(parts).astype(np.int64)
+        return sample if self.fim is None else self.fim(sample, index)
 
     def batch(self, first: int, size: int, rank: int = 0, world: int = 1) -> np.ndarray:
         """Samples `first * world + rank`, ... for one rank: `size` rows of `seq_len + 1` tokens."""
         return np.stack([self[(first + k) * world + rank] for k in range(size)])
+
+
+class Fim:
+    """Fill-in-the-middle at training time, for shards that the format stage did not FIM (Fast-LLM's `fim`,
+    Megatron-LM's `permute`, fragment by fragment): a sample is cut at its `<|endoftext|>` tokens, and each
+    fragment, with probability `rate`, is decoded, cut at two points drawn uniformly among its characters,
+    and written again as PSM `<fim_prefix>pre<fim_suffix>suf<fim_middle>mid` or (with probability `spm_rate`)
+    SPM `<fim_prefix><fim_suffix>suf<fim_middle>pre mid`, each part tokenized on its own. A middle longer than
+    `max_middle` characters is cut to it (its tail goes to the suffix). The sample keeps its length: cut at the
+    end where FIM lengthened it, padded with `<fim_pad>` where it shortened it.
+
+    The draws of sample i come from a generator seeded by (seed, i): the same FIM on every read, after a resume
+    too, whatever the number of ranks."""
+
+    def __init__(self, tokenizer_dir: str | Path, special: dict[str, int], rate: float, spm_rate: float,
+                 max_middle: int | None, seed: int) -> None:  # fmt: skip
+        from tokenizers import Tokenizer
+
+        from stackcurate.core import tokens as tk
+
+        path = Path(tokenizer_dir) / "tokenizer.json"
+        if not path.is_file():
+            raise StackcurateError(f"training-time FIM needs the shards' tokenizer: {path} is missing")
+        self.tokenizer = Tokenizer.from_file(str(path))
+        missing = [t for t in (tk.EOD, tk.FIM_PREFIX, tk.FIM_MIDDLE, tk.FIM_SUFFIX, tk.FIM_PAD) if t not in special]
+        if missing:
+            raise StackcurateError(f"training-time FIM needs the tokens {', '.join(missing)} in the shards' manifest")
+        self.eod, self.pad = special[tk.EOD], special[tk.FIM_PAD]
+        self.prefix, self.middle, self.suffix = special[tk.FIM_PREFIX], special[tk.FIM_MIDDLE], special[tk.FIM_SUFFIX]
+        self.rate, self.spm_rate, self.max_middle, self.seed = rate, spm_rate, max_middle, seed
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids if text else []
+
+    def permute(self, fragment: np.ndarray, rng: np.random.Generator) -> list[int]:
+        """One fragment (no `<|endoftext|>`) in FIM form, or as it was (with probability 1 - rate)."""
+        if len(fragment) == 0 or rng.random() >= self.rate:
+            return fragment.tolist()
+        text = self.tokenizer.decode(fragment.tolist(), skip_special_tokens=False)
+        lo, hi = sorted(int(x) for x in rng.integers(0, len(text) + 1, size=2))
+        if self.max_middle is not None and hi - lo > self.max_middle:
+            hi = lo + self.max_middle
+        pre, mid, suf = (self._encode(part) for part in (text[:lo], text[lo:hi], text[hi:]))
+        if rng.random() < self.spm_rate:
+            return [self.prefix, self.suffix, *suf, self.middle, *pre, *mid]
+        return [self.prefix, *pre, self.suffix, *suf, self.middle, *mid]
+
+    def __call__(self, sample: np.ndarray, index: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, index])
+        out: list[int] = []
+        start = 0
+        for end in [*np.flatnonzero(sample == self.eod).tolist(), len(sample)]:
+            out += self.permute(sample[start:end], rng)
+            if end < len(sample):
+                out.append(self.eod)
+            start = end + 1
+        out = out[: len(sample)] + [self.pad] * max(0, len(sample) - len(out))
+        return np.asarray(out, dtype=sample.dtype)
+
+
+def fim_spans(shards: Shards, tokens: int = 1 << 22) -> int:
+    """`<fim_prefix>` tokens in the first `tokens` of each shard: more than none means the format stage FIM'd them."""
+    fim = shards.manifest.get("special_tokens", {}).get("<fim_prefix>")
+    if fim is None:
+        return 0
+    return sum(int(np.count_nonzero(part[:tokens] == fim)) for part in shards.tokens)

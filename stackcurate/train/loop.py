@@ -78,6 +78,15 @@ class TrainConfig:
         False, "let a sample's tokens attend to the documents packed before theirs (Megatron's StarCoder runs did); "
         "default: positions restart and attention stops at each <|endoftext|>",
     )  # fmt: skip
+    fim_rate: float = option(
+        0.0, "fill-in-the-middle at training time: the share of documents (each piece of a sample between "
+        "<|endoftext|> tokens) rewritten as FIM; for shards the format stage did not FIM",
+    )  # fmt: skip
+    fim_spm_rate: float = option(0.5, "with --fim-rate: the share of FIM documents in SPM order (the rest PSM)")
+    fim_max_middle: int | None = option(None, "with --fim-rate: the longest middle, in characters")
+    fim_over_fim: bool = option(
+        False, "apply --fim-rate to shards that already hold FIM spans (refused otherwise: both would apply)"
+    )
     init_from: str | None = option(
         None, "start from this checkpoint's weights (a fresh optimizer and schedule): SC2's second stage"
     )
@@ -147,6 +156,22 @@ def _lr(step: int, cfg: TrainConfig) -> float:
 
 def _distributed() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def _fim(cfg: TrainConfig, shards: data.Shards) -> data.Fim | None:
+    """Training-time FIM, as asked; refused where the shards are FIM'd already, unless both are wanted."""
+    if not 0.0 <= cfg.fim_rate <= 1.0 or not 0.0 <= cfg.fim_spm_rate <= 1.0:
+        raise StackcurateError("--fim-rate and --fim-spm-rate are shares, between 0 and 1")
+    if cfg.fim_rate == 0:
+        return None
+    if not cfg.fim_over_fim and (spans := data.fim_spans(shards)):
+        raise StackcurateError(
+            f"{cfg.data} already holds FIM spans ({spans:,} <fim_prefix> tokens in the shards' first 4M tokens "
+            "each): the format stage applied FIM. Pass --fim-rate 0, or --fim-over-fim to apply both"
+        )
+    special = shards.manifest.get("special_tokens", {})
+    return data.Fim(shards.manifest.get("tokenizer", ""), special, cfg.fim_rate, cfg.fim_spm_rate,
+                    cfg.fim_max_middle, cfg.seed)  # fmt: skip
 
 
 def _attention(cfg: TrainConfig, device: Any) -> str:
@@ -225,8 +250,9 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
     cfg = resolved(cfg)
     shards = data.Shards(cfg.data)
     split = data.hold_out(shards, cfg.held_out, cfg.seq_len, cfg.seed)
-    train_set = data.Samples(shards, split.train, cfg.seq_len, cfg.seed)
-    valid_set = data.Samples(shards, split.valid, cfg.seq_len, cfg.seed) if split.valid.tokens else None
+    fim = _fim(cfg, shards)
+    train_set = data.Samples(shards, split.train, cfg.seq_len, cfg.seed, fim)
+    valid_set = data.Samples(shards, split.valid, cfg.seq_len, cfg.seed, fim) if split.valid.tokens else None
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.overwrite and rank == 0:
