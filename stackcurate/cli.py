@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 DESCRIPTION, EPILOG = (__doc__ or "").split("\n\n", 1)
 # The trainer's own CLI (torch, numpy and transformers: none of the pipeline's libraries); so the commands,
 # which import those, are imported only for the other commands.
-LIGHT = ("train", "generate")
+LIGHT = ("train", "generate", "export")
 
 
 def build_parser() -> "Parser":

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from stackcurate.core.config import build_config
 from stackcurate.core.errors import StackcurateError
@@ -386,18 +387,32 @@ def _torchrun(shards: Path, out: Path, *extra: str) -> None:
     assert got.returncode == 0, got.stderr[-3000:]
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+@pytest.mark.timeout(360)
+@pytest.mark.parametrize("mode", ["ddp", "fsdp", "fsdp-sharded"])
 def test_torchrun_with_two_processes_matches_one_process(shards, tmp_path, mode):
-    from transformers import AutoConfig
+    """DDP, FSDP2 (gathered HF checkpoints) and FSDP2 with sharded checkpoints, each interrupted and resumed."""
+    from transformers import AutoConfig, Starcoder2ForCausalLM
+
+    from stackcurate.train import checkpoint
 
     loop.train(_cfg(shards, tmp_path / "one", steps=4, micro_batch=8, grad_accum=1), progress=False)
-    extra = ["--fsdp"] if mode == "fsdp" else []
+    extra = {"ddp": [], "fsdp": ["--fsdp"], "fsdp-sharded": ["--fsdp", "--checkpoint-format", "sharded"]}[mode]
     _torchrun(shards, tmp_path / "two", "--stop-after", "2", *extra)  # interrupted after step 2 ...
     _torchrun(shards, tmp_path / "two", *extra)  # ... and resumed: each rank reads its own samples
     straight = [float(loss) for _, loss in _losses(tmp_path / "one") if loss]  # step 0: held-out loss only
     parallel = [float(loss) for _, loss in _losses(tmp_path / "two") if loss]
     assert np.allclose(straight, parallel, rtol=1e-4), (straight, parallel)
-    assert AutoConfig.from_pretrained(tmp_path / "two" / "checkpoint-4").architectures == ["Starcoder2ForCausalLM"]
+    last = tmp_path / "two" / "checkpoint-4"
+    assert AutoConfig.from_pretrained(last).architectures == ["Starcoder2ForCausalLM"]
+    if mode == "fsdp-sharded":  # each rank's shards, and an HF folder made of them
+        assert checkpoint.is_sharded(last) and not (last / "model.safetensors").exists()
+        assert cli.main(["export", str(last), "--out", str(tmp_path / "hf")]) == 0
+        exported = Starcoder2ForCausalLM.from_pretrained(tmp_path / "hf").state_dict()
+        alone = Starcoder2ForCausalLM.from_pretrained(tmp_path / "one" / "checkpoint-4").state_dict()
+        for name, weight in exported.items():
+            assert torch.allclose(weight, alone[name], atol=1e-4), name
+        net, _ = generate.load(last)  # eval and generate read a sharded checkpoint as it is
+        assert all(torch.equal(w, exported[n]) for n, w in net.state_dict().items())
 
 
 def test_train_on_ray_starts_a_private_ray_unless_given_an_address(monkeypatch, shards, tmp_path):
@@ -542,3 +557,15 @@ def test_fim_at_training_time_is_refused_over_shards_the_format_stage_fimmed(tmp
         loop.train(cfg, progress=False)
     rows = loop.train(replace(cfg, fim_over_fim=True), progress=False)
     assert rows[-1]["step"] == 2 and math.isfinite(rows[-1]["loss"])
+
+
+def test_a_sharded_checkpoint_resumes_exactly(shards, tmp_path):
+    """One process, --checkpoint-format sharded: stopped at step 6 and resumed, the loss curve of a run that was
+    never stopped (whose checkpoints are HF folders), to the last digit."""
+    straight = loop.train(_cfg(shards, tmp_path / "straight"), progress=False)
+    sharded = _cfg(shards, tmp_path / "sharded", checkpoint_format="sharded")
+    loop.train(replace(sharded, stop_after=6), progress=False)
+    assert (tmp_path / "sharded" / "checkpoint-6" / "dcp" / ".metadata").is_file()
+    loop.train(sharded, progress=False)
+    assert _losses(tmp_path / "straight") == _losses(tmp_path / "sharded")
+    assert straight[-1]["step"] == 12

@@ -70,6 +70,7 @@ def add_parsers(sub: Any) -> None:
     for name, text in (
         ("train", "train a StarCoder2-style model on the Megatron shards (`stackcurate train --help`)"),
         ("generate", "complete code with a checkpoint, FIM included (`stackcurate generate --help`)"),
+        ("export", "a checkpoint (sharded or not) as an HF folder (`stackcurate export --help`)"),
     ):  # handled by stackcurate/cli.py before this parser is built; listed here for --help
         sub.add_parser(name, help=text, add_help=False)
 

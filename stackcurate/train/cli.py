@@ -37,6 +37,16 @@ else, non-ASCII text included, is taken as it is.
 ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\"}
 
 
+EXPORT = """\
+Write a checkpoint of `stackcurate train` as an HF folder (model.safetensors, config.json, the tokenizer) that
+transformers' from_pretrained, bigcode-evaluation-harness and vLLM read. A sharded checkpoint
+(--checkpoint-format sharded: each rank's shards, torch.distributed.checkpoint) is read whole here.
+
+examples:
+  stackcurate export work/run/train/checkpoint-20000 --out work/run/hf-20000
+"""
+
+
 def unescape(text: str) -> str:
     """`text` with the escapes of ESCAPES replaced, and nothing else touched (unlike `unicode_escape`, which
     reads the UTF-8 bytes of non-ASCII characters back as Latin-1)."""
@@ -83,6 +93,12 @@ def parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest tokens only (default: 0, all)")
     g.add_argument("--seed", type=int, default=0, help="seed of the sampling (default: 0)")
+    x = sub.add_parser(
+        "export", help="a checkpoint (sharded or not) as an HF folder that from_pretrained reads",
+        description=EXPORT, formatter_class=raw, allow_abbrev=False,
+    )  # fmt: skip
+    x.add_argument("checkpoint", help="a checkpoint-<step> folder of a train run")
+    x.add_argument("--out", required=True, help="the HF folder to write (weights, config, tokenizer)")
     return top
 
 
@@ -107,6 +123,11 @@ def _run(args: argparse.Namespace) -> None:
             rows = loop.train(cfg, progress=args.progress)
         if int(os.environ.get("RANK", 0)) == 0:  # under torchrun, one summary
             _summary(cfg, rows, time.perf_counter() - started)
+        return
+    if args.command == "export":
+        from stackcurate.train import checkpoint
+
+        print(f"export: {checkpoint.export(args.checkpoint, args.out)}")
         return
     from stackcurate.train import generate
 

@@ -12,14 +12,16 @@ from stackcurate.core.tokens import EOD, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX
 
 
 def load(checkpoint: str | Path) -> tuple[Any, Any]:
-    from transformers import AutoTokenizer, Starcoder2ForCausalLM
+    from transformers import AutoTokenizer
+
+    from stackcurate.train import checkpoint as checkpoints
 
     path = Path(checkpoint)
     if not (path / "config.json").is_file():
         raise StackcurateError(f"{checkpoint} is not a checkpoint folder (no config.json); pass checkpoint-<step>")
     if not (path / "tokenizer.json").is_file():
         raise StackcurateError(f"{checkpoint} has no tokenizer.json; copy the run's tokenizer folder into it")
-    net, tokenizer = Starcoder2ForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+    net, tokenizer = checkpoints.model(path).eval(), AutoTokenizer.from_pretrained(path)  # HF or sharded
     # the model's ids are the manifest's, which are the tokenizer's (a published preset's 49,152 may be more)
     if net.config.vocab_size < len(tokenizer):
         raise StackcurateError(

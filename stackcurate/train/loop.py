@@ -15,6 +15,7 @@ the peak being 989 TFLOP/s for an H100's dense bf16 (or `--peak-tflops`); it is 
 """
 
 import contextlib
+import copy
 import csv
 import dataclasses
 import hashlib
@@ -34,7 +35,7 @@ import numpy as np
 
 from stackcurate.core.config import option, output_settings
 from stackcurate.core.errors import StackcurateError
-from stackcurate.train import data, expect, model
+from stackcurate.train import checkpoint, data, expect, model
 
 log = logging.getLogger(__name__)
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
@@ -69,6 +70,11 @@ class TrainConfig:
     eval_every: int = option(50, "steps between held-out losses (also before the first and at the last)", output=False)
     eval_batches: int = option(4, "micro-batches per validation loss (fewer if the held-out split is smaller)")
     save_every: int = option(50, "steps between checkpoints (and the last step)", output=False)
+    checkpoint_format: str = option(
+        "hf", "hf: each checkpoint an HF folder (rank 0 gathers the model); sharded: each rank writes its own "
+        "shards (torch.distributed.checkpoint), for models too large to gather; `stackcurate export` makes an HF "
+        "folder of one", output=False,
+    )  # fmt: skip
     rope_theta: float | None = option(None, "RoPE base θ (default: the preset's; SC2's 16,384-token stage: 1e6)")
     context: int | None = option(None, "the model's positions (default: the preset's, else --seq-len)")
     sliding_window: int | None = option(
@@ -119,6 +125,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not self.data or not self.out:
             raise ValueError("--data (the megatron folder) and --out (the run folder) are required")
+        if self.checkpoint_format not in ("hf", "sharded"):
+            raise ValueError(f"--checkpoint-format {self.checkpoint_format}: hf or sharded")
         if self.attention not in ATTENTION:
             raise ValueError(f"--attention {self.attention}: one of {', '.join(ATTENTION)}")
 
@@ -312,20 +320,23 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
             )
         from transformers import Starcoder2ForCausalLM
 
-        weights = Starcoder2ForCausalLM.from_pretrained(resume).state_dict()
-        if fsdp:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                set_model_state_dict,
-                set_optimizer_state_dict,
-            )
-
-            full = StateDictOptions(full_state_dict=True)
-            set_model_state_dict(net, weights, options=full)
-            set_optimizer_state_dict(net, optimizer, state["optimizer"], options=full)
+        if checkpoint.is_sharded(resume):  # each rank reads its own shards, the optimizer's too
+            checkpoint.load(net, optimizer, resume)
         else:
-            net.load_state_dict(weights)
-            optimizer.load_state_dict(state["optimizer"])
+            weights = Starcoder2ForCausalLM.from_pretrained(resume).state_dict()
+            if fsdp:
+                from torch.distributed.checkpoint.state_dict import (
+                    StateDictOptions,
+                    set_model_state_dict,
+                    set_optimizer_state_dict,
+                )
+
+                full = StateDictOptions(full_state_dict=True)
+                set_model_state_dict(net, weights, options=full)
+                set_optimizer_state_dict(net, optimizer, state["optimizer"], options=full)
+            else:
+                net.load_state_dict(weights)
+                optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         step, position = state["step"], state["position"]
         torch.set_rng_state(state["rng"]["torch"])
@@ -621,8 +632,21 @@ def _append(path: Path, row: dict[str, Any]) -> None:
 def _save(out: Path, net: Any, optimizer: Any, scheduler: Any, step: int, position: int, cfg: TrainConfig,
           torch: Any, device: Any, rank: int, world: int, fsdp: bool) -> None:  # fmt: skip
     """Write `checkpoint-<step>` under a temporary name, then move it into place (never half a checkpoint).
-    Called on every rank; with FSDP they all take part in gathering the full state, and rank 0 writes."""
-    if fsdp:
+    Called on every rank; with FSDP they all take part in gathering the full state, and rank 0 writes; with
+    --checkpoint-format sharded each writes its own shards (checkpoint.py)."""
+    final = out / f"checkpoint-{step}"
+    tmp = out / f".checkpoint-{step}.tmp"
+    sharded = cfg.checkpoint_format == "sharded"
+    if sharded:
+        import torch.distributed as dist
+
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if dist.is_initialized():
+            dist.barrier()  # no rank writes into the folder before rank 0 has cleared it
+        checkpoint.save(net, optimizer, tmp)
+        weights = optimizer_state = None
+    elif fsdp:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             get_model_state_dict,
@@ -636,12 +660,15 @@ def _save(out: Path, net: Any, optimizer: Any, scheduler: Any, step: int, positi
         weights, optimizer_state = None, optimizer.state_dict()
     if rank != 0:
         return
-    final = out / f"checkpoint-{step}"
-    tmp = out / f".checkpoint-{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if weights is None:
+    if sharded:  # the weights are in dcp/, the config beside them
+        config = copy.deepcopy(net.config)
+        config.architectures = ["Starcoder2ForCausalLM"]
+        config.save_pretrained(tmp)
+    elif weights is None:
+        shutil.rmtree(tmp, ignore_errors=True)
         net.save_pretrained(tmp)
     else:  # a plain module of the same config, so config.json names Starcoder2ForCausalLM, not FSDP's subclass
+        shutil.rmtree(tmp, ignore_errors=True)
         plain = model.build(net.config)
         plain.load_state_dict(weights)
         plain.save_pretrained(tmp)
