@@ -371,8 +371,8 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
             log.warning("%s", line)
     checked = step + 5  # the speed is compared once past the first steps (allocation, compilation), then each eval
 
-    def loss_of(batch: np.ndarray) -> Any:
-        tokens = torch.from_numpy(batch).to(device, non_blocking=True)
+    def loss_of(batch: Any) -> Any:
+        tokens = torch.as_tensor(batch).to(device, non_blocking=True)
         inputs = tokens[:, :-1]
         positions = None if cfg.cross_document_attention else model.document_positions(inputs, eod)
         with autocast:
@@ -402,13 +402,14 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
     last = cfg.steps if cfg.stop_after is None else min(cfg.steps, cfg.stop_after)
     bar = tqdm(total=cfg.steps, initial=step, desc="train", unit="step", disable=not progress or rank != 0)
     evaluations = _Evaluations(out, cfg)
+    batches = _Batches(train_set, cfg.micro_batch, rank, world, pin=device.type == "cuda")
     net.train()
     while step < last:
         started = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for micro in range(cfg.grad_accum):
-            batch = train_set.batch(position, cfg.micro_batch, rank, world)
+            batch = batches.get(position)
             position += cfg.micro_batch
             if fsdp:  # gradients are reduced on the last micro-batch only
                 net.set_requires_gradient_sync(micro == cfg.grad_accum - 1)
@@ -455,6 +456,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
             if cfg.eval and rank == 0:
                 evaluations.start(step)
     bar.close()
+    batches.close()
     evaluations.wait()
     if own_group:
         dist.destroy_process_group()
@@ -553,6 +555,34 @@ def _truncate(path: Path, step: int) -> None:
 
 
 EVALS = "evals.csv"  # step, benchmark, pass@1 (and exact match) of each checkpoint, with --eval
+
+
+class _Batches:
+    """Micro-batches made ahead, while the device computes the one before: in a thread (reading the memmaps,
+    packing and training-time FIM's tokenizer let go of the GIL for most of their time), and on a GPU in pinned
+    memory, so that the copy to the device overlaps the step too. Batch `position` is the same tensor, made
+    ahead or not."""
+
+    def __init__(self, samples: data.Samples, micro: int, rank: int, world: int, pin: bool) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.samples, self.micro, self.rank, self.world, self.pin = samples, micro, rank, world, pin
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="batches")  # one thread: Samples is not thread-safe
+        self.pending: dict[int, Any] = {}
+
+    def _make(self, position: int) -> Any:
+        import torch
+
+        batch = torch.from_numpy(self.samples.batch(position, self.micro, self.rank, self.world))
+        return batch.pin_memory() if self.pin else batch
+
+    def get(self, position: int) -> Any:
+        made = self.pending.pop(position, None) or self.pool.submit(self._make, position)
+        self.pending = {position + self.micro: self.pool.submit(self._make, position + self.micro)}
+        return made.result()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _Evaluations:
