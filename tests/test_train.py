@@ -569,3 +569,39 @@ def test_a_sharded_checkpoint_resumes_exactly(shards, tmp_path):
     loop.train(sharded, progress=False)
     assert _losses(tmp_path / "straight") == _losses(tmp_path / "sharded")
     assert straight[-1]["step"] == 12
+
+
+def test_tokenize_also_writes_fast_llm_s_own_format(tmp_path):
+    """Each Megatron shard again as a .fast_llm_dataset: the same documents and tokens, every section where its
+    reader config says, and the dataset config Fast-LLM reads (blended by tokens over several shards)."""
+    import yaml
+
+    from stackcurate.core import fast_llm, megatron
+
+    texts = [p.read_text(encoding="utf-8")[:3000] for p in sorted(STDLIB.glob("*.py"))[:30]]
+    (tmp_path / "in").mkdir()
+    table = pa.table({"doc_id": pa.array(range(len(texts)), pa.int64()), "text": pa.array(texts, pa.large_string())})
+    pq.write_table(table, tmp_path / "in" / "00000.parquet")
+    spec = get_stage("tokenize")
+    cfg = build_config(spec.config, {"vocab_size": 500, "shard_mb": 0.02, "fast_llm": True})
+    run_stage(spec, cfg, str(tmp_path / "out"), RunOptions(runner="local", progress=False),
+              input_uri=str(tmp_path / "in"))  # fmt: skip
+    manifest = json.loads((tmp_path / "out" / "megatron" / "manifest.json").read_text())
+    assert len(manifest["shards"]) > 1
+    names = []
+    for shard in manifest["shards"]:
+        prefix = tmp_path / "out" / "megatron" / shard["shard"]
+        dtype, lengths, _ = megatron.read_index((prefix.parent / f"{prefix.name}.idx").read_bytes())
+        path = tmp_path / "out" / "fast_llm" / f"{shard['shard']}.fast_llm_dataset"
+        config, tokens, cumsum = fast_llm.read(path.read_bytes())
+        assert config["tokens"]["data_type"] == dtype.name == "uint16"
+        assert np.array_equal(tokens, np.fromfile(f"{prefix}.bin", dtype=dtype))
+        assert np.array_equal(np.diff(cumsum), lengths) and cumsum[0] == 0
+        assert config["end"] + 4 + len(json.dumps(config)) == path.stat().st_size
+        names.append(path.name)
+    dataset = yaml.safe_load((tmp_path / "out" / "fast_llm" / "fast_llm_config.yaml").read_text())
+    assert dataset["config"]["type"] == "blended"
+    assert [d["path"] for d in dataset["config"]["datasets"]] == names
+    assert sum(dataset["config"]["weights"]) == manifest["tokens"] == dataset["metadata"]["num_tokens"]
+    with pytest.raises(StackcurateError, match="not a Fast-LLM dataset"):
+        fast_llm.read(b"MMIDIDX\x00\x00" + bytes(40))

@@ -44,6 +44,7 @@ from stackcurate.stages.tokenize.encoder import Encoder
 
 log = logging.getLogger("stackcurate.tokenize")
 MEGATRON_DIR = "megatron"
+FAST_LLM_DIR = "fast_llm"
 ENCODE_CHARS = 4_000_000
 DOCUMENTS_SCHEMA = pa.schema(
     [
@@ -66,6 +67,10 @@ class TokenizeConfig:
     seed: int = option(42, "seed of the training sample and of the document order in the shards")
     shard_mb: float = option(512.0, "size of each Megatron .bin shard, about")
     batch_rows: int = option(128, "documents read at a time (each encode call takes ~4M characters of them)")
+    fast_llm: bool = option(
+        False, "also write each shard in Fast-LLM's own format (OUT/fast_llm: shard_*.fast_llm_dataset and "
+        "fast_llm_config.yaml), which Fast-LLM reads natively; it reads the Megatron shards with a warning",
+    )  # fmt: skip
     weights: tuple[str, ...] = option(
         (), "KIND=EPOCHS pairs: how many times each kind of document goes into the shards (issue=2, commit=0.5: "
         "each of them twice, half of them, seeded), as StarCoder2 mixed its sources; 1 for a kind not named",
@@ -193,7 +198,7 @@ class TokenizeStage(Stage):
     kinds = None
     needs = ("doc_id",)
     needs_one_of = ("text", "content")
-    folders = (MEGATRON_DIR,)
+    folders = (MEGATRON_DIR, FAST_LLM_DIR)
 
     @classmethod
     def before_shards(cls, cfg: TokenizeConfig, ctx: StageContext) -> TokenizeConfig:
@@ -352,6 +357,26 @@ def shard_task(root: str | list[str], megatron_root: str, part: int, dtype_name:
     return {"shard": f"shard_{part:05d}", **written.__dict__}
 
 
+def _write_fast_llm(out: str, megatron_root: str, fs: Any, written: list[dict[str, Any]], dtype: np.dtype) -> None:
+    """Each Megatron shard again as a `.fast_llm_dataset`, and the dataset config Fast-LLM reads (core/fast_llm.py)."""
+    import yaml
+
+    from stackcurate.core import fast_llm
+
+    _, root = io.filesystem(io.join(out, FAST_LLM_DIR))
+    fs.create_dir(root, recursive=True)
+    names, configs = [], []
+    for shard in written:
+        prefix = io.join(megatron_root, shard["shard"])
+        with fs.open_input_file(f"{prefix}.idx") as f:
+            _, lengths, _ = megatron.read_index(f.read(), f"{prefix}.idx")
+        name = shard["shard"] + fast_llm.SUFFIX
+        configs.append(fast_llm.write_shard(fs, f"{prefix}.bin", lengths, dtype, io.join(root, name)))
+        names.append(name)
+    text = yaml.safe_dump(fast_llm.dataset_config(names, configs), sort_keys=False)
+    io.write_bytes_atomic(fs, io.join(root, "fast_llm_config.yaml"), text.encode())
+
+
 def write_shards(cfg: TokenizeConfig, ctx: StageContext) -> None:
     """Route the tokenized rows to S shards and write them, then the manifest (resumes like the shards)."""
     stage = StageDir(ctx.out, "tokenize")
@@ -384,6 +409,8 @@ def write_shards(cfg: TokenizeConfig, ctx: StageContext) -> None:
         phases.run(f"route-{shards}", route_task, route, "tokenize route")
         parts = [(routed, megatron_uri, p, dtype.name) for p in range(shards)]
     written = phases.run(f"shards-{shards}", shard_task, parts, "tokenize shards")
+    if cfg.fast_llm:  # before the manifest, which says the stage is done
+        _write_fast_llm(ctx.out, megatron_root, out_fs, written, dtype)
     manifest = {
         "format": "megatron-indexed-dataset",
         "version": megatron.VERSION,
