@@ -120,3 +120,24 @@ def test_weights_are_drawn_the_same_whatever_the_device_they_are_built_on():
     fresh = model.build(cfg)  # transformers' own draw: another sample of the same distributions
     fresh.load_state_dict(first.state_dict())
     assert torch.equal(fresh(input_ids=tokens).logits, first(input_ids=tokens).logits)  # buffers made again
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_checkpointed_layers_keep_fewer_activations_for_the_same_gradients(every):
+    """Every Nth layer keeps only its input: fewer tensors saved for the backward pass, the same gradients."""
+    tokens = torch.randint(1, 300, (2, 32), generator=torch.Generator().manual_seed(3))
+
+    def run(checkpointed: int) -> tuple[int, list[torch.Tensor]]:
+        torch.manual_seed(5)  # the same weights each time
+        net = model.build(model.config("small", 300, 64, {})).train()
+        model.checkpoint_activations(net, checkpointed)
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(1) or t, lambda t: t):
+            loss = net(input_ids=tokens, labels=tokens, use_cache=False).loss
+        loss.backward()
+        return len(saved), [p.grad for p in net.parameters()]
+
+    kept, grads = run(0)
+    fewer, same = run(every)
+    assert fewer < kept
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(grads, same, strict=True))

@@ -276,10 +276,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
     bf16 = cfg.bf16 if cfg.bf16 is not None else device.type == "cuda"  # matmuls in bf16, weights and loss in fp32
     # on the meta device first: no memory until each rank holds its own shard (a 15B model never whole anywhere)
     net = model.build(net_cfg, "meta", attention=_attention(cfg, device))
-    if cfg.activation_checkpointing:  # every Nth layer recomputes its activations in the backward pass
-        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        for i, layer in enumerate(net.model.layers):
-            layer.gradient_checkpointing = i % cfg.activation_checkpointing == 0
+    model.checkpoint_activations(net, cfg.activation_checkpointing)
     if cfg.compile:  # each decoder layer on its own (torchtitan's way): small graphs, one compiled for all
         for layer in net.model.layers:
             layer.compile()

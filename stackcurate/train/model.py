@@ -190,3 +190,17 @@ def _assign(param: Any, full: Any) -> None:
             param.to_local().copy_(local)
         else:
             param.copy_(full)
+
+
+def checkpoint_activations(net: Any, every: int) -> None:
+    """Every `every`th decoder layer (0: none) keeps only its input and recomputes its activations in the
+    backward pass: memory for compute (transformers' own per-layer checkpointing, outside FSDP's hooks)."""
+    if every <= 0:
+        return
+    kwargs = {"use_reentrant": False}
+    if hasattr(net, "activation_checkpointing_enable"):  # transformers 5.2x
+        net.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=every)
+    else:
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        for i, layer in enumerate(net.model.layers):
+            layer.gradient_checkpointing = i % every == 0
