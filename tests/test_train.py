@@ -612,3 +612,16 @@ def test_activation_checkpointing_recomputes_the_same_loss_curve(shards, tmp_pat
     plain = loop.train(_cfg(shards, tmp_path / "plain", steps=4), progress=False)
     recomputed = loop.train(_cfg(shards, tmp_path / "ac", steps=4, activation_checkpointing=1), progress=False)
     assert [r["loss"] for r in plain] == pytest.approx([r["loss"] for r in recomputed], rel=1e-6)
+
+
+def test_a_second_stage_starts_from_the_first_s_weights(shards, tmp_path):
+    """--init-from: the weights of a checkpoint, a fresh optimizer and schedule (SC2's 16,384-token stage)."""
+    first = loop.train(_cfg(shards, tmp_path / "first", steps=4), progress=False)
+    checkpoint = str(tmp_path / "first" / "checkpoint-4")
+    second = loop.train(_cfg(shards, tmp_path / "second", steps=2, init_from=checkpoint), progress=False)
+    assert second[0]["step"] == 0 and second[0]["val_loss"] == pytest.approx(first[-1]["val_loss"], rel=1e-6)
+    longer = loop.train(_cfg(shards, tmp_path / "longer", steps=2, init_from=checkpoint, seq_len=128, context=128,
+                             rope_theta=1e6), progress=False)  # fmt: skip
+    assert longer[-1]["step"] == 2
+    with pytest.raises(StackcurateError, match="another model's weights"):
+        loop.train(_cfg(shards, tmp_path / "other", steps=2, init_from=checkpoint, preset="small"), progress=False)
