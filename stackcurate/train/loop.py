@@ -35,7 +35,8 @@ import numpy as np
 
 from stackcurate.core.config import option, output_settings
 from stackcurate.core.errors import StackcurateError
-from stackcurate.train import checkpoint, data, expect, model
+from stackcurate.train import checkpoint as checkpoints
+from stackcurate.train import data, expect, model
 
 log = logging.getLogger(__name__)
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
@@ -195,17 +196,20 @@ def _attention(cfg: TrainConfig, device: Any) -> str:
 
 def _load_weights(net: Any, checkpoint: str, fsdp: bool) -> None:
     """`checkpoint`'s weights into `net` (--init-from): the same shapes, whatever its positions or θ."""
-    from transformers import Starcoder2ForCausalLM
-
     if not (Path(checkpoint) / "config.json").is_file():
         raise StackcurateError(f"--init-from {checkpoint}: not a checkpoint folder (no config.json)")
-    weights = Starcoder2ForCausalLM.from_pretrained(checkpoint).state_dict()
+    weights = checkpoints.model(checkpoint).state_dict()  # an HF or a sharded checkpoint
     ours = net.state_dict()
     wrong = [k for k in ours if k not in weights or tuple(weights[k].shape) != tuple(ours[k].shape)]
     if wrong or len(weights) != len(ours):
         first = (wrong or sorted(set(weights) - set(ours)))[0]
         raise StackcurateError(f"--init-from {checkpoint}: another model's weights (first difference: {first}); "
                                "use the same --preset")  # fmt: skip
+    _set_weights(net, weights, fsdp)
+
+
+def _set_weights(net: Any, weights: dict[str, Any], fsdp: bool) -> None:
+    """Whole weights into `net`; under FSDP each rank keeps its shard of them."""
     if fsdp:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -315,24 +319,16 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
                 f"{out} holds a run at step {state['step']} with other settings ({'; '.join(changes)}); rerun "
                 "with its settings to resume it, or pass --overwrite (or another --out) to start anew"
             )
-        from transformers import Starcoder2ForCausalLM
-
-        if checkpoint.is_sharded(resume):  # each rank reads its own shards, the optimizer's too
-            checkpoint.load(net, optimizer, resume)
+        if checkpoints.is_sharded(resume):  # each rank reads its own shards, the optimizer's too
+            checkpoints.load(net, optimizer, resume)
         else:
-            weights = Starcoder2ForCausalLM.from_pretrained(resume).state_dict()
+            _set_weights(net, checkpoints.model(resume).state_dict(), fsdp)
             if fsdp:
-                from torch.distributed.checkpoint.state_dict import (
-                    StateDictOptions,
-                    set_model_state_dict,
-                    set_optimizer_state_dict,
-                )
+                from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
                 full = StateDictOptions(full_state_dict=True)
-                set_model_state_dict(net, weights, options=full)
                 set_optimizer_state_dict(net, optimizer, state["optimizer"], options=full)
             else:
-                net.load_state_dict(weights)
                 optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         step, position = state["step"], state["position"]
@@ -488,8 +484,8 @@ def train_on_ray(
         logs.setup()  # what the loop logs (the held-out split) reaches the driver's terminal
         train(cfg, progress=progress and ray_train.get_context().get_world_rank() == 0)
 
-    latest = _latest(out)
-    start = -1 if cfg.overwrite or latest is None else int(latest.name.split("-")[1])  # the rows after it are new
+    latest = step_of(out)
+    start = -1 if cfg.overwrite or latest is None else latest  # the rows after it are new
     TorchTrainer(
         per_worker,
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu),
@@ -594,7 +590,7 @@ class _Evaluations:
 
     def __init__(self, out: Path, cfg: TrainConfig) -> None:
         self.out, self.cfg = out, cfg
-        self.running: tuple[int, subprocess.Popen, Path] | None = None
+        self.running: tuple[int, subprocess.Popen, Path, Path] | None = None
 
     def start(self, step: int) -> None:
         self.wait()
@@ -607,14 +603,13 @@ class _Evaluations:
         log_path = folder.parent / f"checkpoint-{step}.log"
         with log_path.open("w") as log_file:  # a file, not a pipe: nothing waits on a reader
             process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, text=True)
-        self.running = (step, process, log_path)
+        self.running = (step, process, folder, log_path)
 
     def wait(self) -> None:
         if self.running is None:
             return
-        step, process, log_path = self.running
+        step, process, folder, log_path = self.running
         self.running = None
-        folder = self.out / "eval" / f"checkpoint-{step}"
         if process.wait() != 0:
             last = (log_path.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
             log.warning("eval of checkpoint-%d failed: %s (%s)", step, last, log_path)
@@ -671,7 +666,7 @@ def _save(out: Path, net: Any, optimizer: Any, scheduler: Any, step: int, positi
             shutil.rmtree(tmp, ignore_errors=True)
         if dist.is_initialized():
             dist.barrier()  # no rank writes into the folder before rank 0 has cleared it
-        checkpoint.save(net, optimizer, tmp)
+        checkpoints.save(net, optimizer, tmp)
         weights = optimizer_state = None
     elif fsdp:
         from torch.distributed.checkpoint.state_dict import (
