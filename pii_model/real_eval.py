@@ -12,7 +12,13 @@ planted in each file's own idiom. The stage runs on it as a pipeline runs it (`P
   else (on an example email, an organisation, a private IP, a version, a hash, code...).
 - USERNAME is scored for detection: the stage records handles and redacts them only when asked (`redact`).
 
-    python -m pii_model.real_eval [--detectors patterns both] [--files 'part4.jsonl'] [--json FILE]
+- A **decoy** is a label the scheme ignores (`*_EXAMPLE`: example addresses, placeholders, demo logins): the
+  `decoys` row counts how many of them a redacted span touches, which should be at most 2%.
+- Labels of the second set (`real_files2/`) carry the idiom `family` they are written in (`maven_developers`,
+  `cli_credentials`, ...): `families()` scores each family apart.
+
+    python -m pii_model.real_eval [--set real_files2] [--detectors patterns both] [--files 'part4.jsonl']
+                                  [--families] [--json FILE]
 """
 
 import argparse
@@ -29,6 +35,7 @@ from stackcurate.stages.pii.entities import EMAIL, ENTITIES, NAME, USERNAME
 ROOT = Path(__file__).resolve().parent
 FILES = ROOT / "real_files"
 DETECTORS = {"patterns": {"model": "none"}, "both": {}}  # name -> PiiConfig settings; `both` is the default
+DECOYS = "decoys"
 IGNORED = {
     "NAME_EXAMPLE": NAME,
     "USERNAME_EXAMPLE": USERNAME,
@@ -109,6 +116,12 @@ def score(rows: list[dict], spans: list[list[dict]]) -> dict[str, dict]:
             elif not any(IGNORED.get(entity) == s["entity"] for entity in on):
                 wrong[s["entity"]] += 1
     table = {}
+    decoys = [(lab, predicted) for row, predicted in zip(rows, spans, strict=True) for lab in row["labels"]
+              if lab["entity"].endswith("_EXAMPLE") or lab["entity"] in IGNORED and lab["entity"] not in POLICY]  # fmt: skip
+    touched = sum(
+        any(s["start"] < lab["end"] and lab["start"] < s["end"] and s.get("replacement", "") is not None for s in p)
+        for lab, p in decoys
+    )  # redacted: a USERNAME the stage only records (its default) leaves the text as it is
     at = ENTITIES.index(NAME) + 1
     for name in [*ENTITIES[:at], COPYRIGHT, *ENTITIES[at:], *POLICY]:
         n_spans = right[name] + wrong[name]
@@ -120,7 +133,48 @@ def score(rows: list[dict], spans: list[list[dict]]) -> dict[str, dict]:
             "false_positives": wrong[name] if name in ENTITIES else None,
             "precision": round(right[name] / n_spans, 3) if n_spans and name in ENTITIES else None,
         }
+    table[DECOYS] = {
+        "labels": len(decoys), "found": touched, "recall": round(touched / len(decoys), 3) if decoys else None,
+        "spans": None, "false_positives": None, "precision": None,
+    }  # fmt: skip
     return table
+
+
+def families(rows: list[dict], spans: list[list[dict]]) -> dict[str, dict]:
+    """{family: {type: {labels, found, recall}, "false_positives": n}} for the labels that carry a `family`: how
+    well each idiom is found, and how many wrong spans lie in the windows of each family a window lists."""
+    out: dict[str, dict] = defaultdict(lambda: {"false_positives": 0})
+    for row, predicted in zip(rows, spans, strict=True):
+        by_family: dict[str, list[dict]] = defaultdict(list)
+        for label in row["labels"]:
+            if "family" in label:
+                by_family[label["family"]].append(label)
+        for family, labels in by_family.items():
+            table = score([{**row, "labels": labels}], [predicted])
+            for entity, cells in table.items():
+                if entity in ENTITIES and cells["labels"] or entity == DECOYS and cells["labels"]:
+                    mine = out[family].setdefault(entity, {"labels": 0, "found": 0})
+                    mine["labels"] += cells["labels"]
+                    mine["found"] += cells["found"]
+        wrong = score([row], [predicted])
+        for family in row.get("families", []):
+            out[family]["false_positives"] += sum(wrong[e]["false_positives"] or 0 for e in ENTITIES)
+    for cells in out.values():
+        for entity, mine in cells.items():
+            if entity != "false_positives":
+                mine["recall"] = round(mine["found"] / mine["labels"], 3)
+    return dict(sorted(out.items()))
+
+
+def families_markdown(table: dict[str, dict]) -> str:
+    lines = ["| family | type | labels | found | recall |", "|---|---|---|---|---|"]
+    for family, cells in table.items():
+        for entity, mine in cells.items():
+            if entity != "false_positives":
+                lines.append(f"| {family} | {entity} | {mine['labels']} | {mine['found']} | {mine['recall']:.3f} |")
+        if cells["false_positives"]:
+            lines.append(f"| {family} | false positives in its windows | | {cells['false_positives']} | |")
+    return "\n".join(lines)
 
 
 def _policy(text: str, label: dict) -> str:
@@ -183,19 +237,25 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--model", default="auto", help="model folder (default: the model shipped with stackcurate)")
     parser.add_argument("--detectors", nargs="+", choices=list(DETECTORS), help="default: all")
-    parser.add_argument("--files", default="part*.jsonl", help="which files of pii_model/real_files/ (a glob)")
+    parser.add_argument("--set", default="real_files", choices=["real_files", "real_files2"], help="which set")
+    parser.add_argument("--files", default="part*.jsonl", help="which files of the set's folder (a glob)")
+    parser.add_argument("--families", action="store_true", help="also score each idiom family (default detectors)")
     parser.add_argument("--json", help="also write the table and the set's summary as JSON here")
     args = parser.parse_args(argv)
     model = str(default_model_folder()) if args.model == "auto" else args.model
-    rows = load(FILES, args.files)
+    folder = ROOT / args.set
+    rows = load(folder, args.files)
     if not rows:
-        raise SystemExit(f"real_eval: no windows in {FILES}/{args.files}")
+        raise SystemExit(f"real_eval: no windows in {folder}/{args.files}")
     table = compare(rows, model, args.detectors)
     print(markdown(table))
+    report = {"set": summary(rows), "model_folder": model, "detectors": table}
+    if args.families:
+        report["families"] = families(rows, detect(rows, {"model": model}))
+        print()
+        print(families_markdown(report["families"]))
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"set": summary(rows), "model_folder": model, "detectors": table}, indent=1)
-        )
+        Path(args.json).write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -781,10 +781,15 @@ def _credit_handle(match: re.Match[str], _text: str) -> bool:
     return match.group(1).lower() not in _NOT_HANDLES
 
 
+_ACRONYM = re.compile(r"[A-Z]{2,}[a-z]{0,3}")  # `(ICMP)`, `(ARNs)`, `(MACsec)` after a proper noun: no handle
+
+
 def _listed_handle(match: re.Match[str], _text: str) -> bool:
     """A one-word entry of an AUTHORS list before an email is a handle (`414nch4n`, `WoLpH`, `kracekumar`), not
     a capitalised word (`Maintainer <...>`) nor a first name alone."""
     word = match.group(1)
+    if _ACRONYM.fullmatch(word):
+        return False
     return any(c.isdigit() for c in word) or word.islower() or any(c.isupper() for c in word[1:])
 
 
@@ -938,7 +943,9 @@ def _names_span(match: re.Match[str], size: int) -> tuple[int, int]:
 
 
 def code_recognizers() -> list[EntityRecognizer]:
-    """The recognizers for every file."""
+    """The recognizers for every file, with those of other ecosystems' idioms (`idioms.py`)."""
+    from stackcurate.stages.pii import idioms
+
     return [
         RegexRecognizer(
             "EmailPattern", [Rule("email", _EMAIL, ((0, EMAIL),), 0.9, _is_email, anchor="@", one_line=True)]
@@ -973,8 +980,11 @@ def code_recognizers() -> list[EntityRecognizer]:
                 Rule("paired_key", _QUOTED_LONG, ((0, KEY),), 0.8, _paired_key, keywords=_PAIR_WORDS),
             ],
         ),
-        NameRecognizer(NAME_PLACES),
-        RegexRecognizer("HandlePattern", HANDLE_RULES),
+        NameRecognizer(NAME_PLACES + idioms.NAME_PLACES),
+        RegexRecognizer("HandlePattern", HANDLE_RULES + idioms.HANDLE_RULES),
+        RegexRecognizer("IdiomEmailPattern", idioms.EMAIL_RULES),
+        RegexRecognizer("IdiomKeyPattern", idioms.KEY_RULES),
+        RegexRecognizer("IdiomPasswordPattern", idioms.PASSWORD_RULES),
         RegexRecognizer(
             "PasswordPattern",
             [

@@ -227,7 +227,7 @@ def spared_by(span: Span, text: str) -> str | None:
         vouched = span.detector in _VENDOR_FORMAT or (span.detector in _KEY_CONTEXT and _HEX.fullmatch(value))
         if not vouched and not is_gibberish(value):
             return "key_not_gibberish"
-    if span.entity == NAME and len(value.split()) < 2:
+    if span.entity == NAME and len(value.split()) < 2 and span.detector not in _NAME_PARTS:
         return "name_one_word"
     # `tous les jours`: people write their names capitalised (in scripts that have capitals: not `王伟`)
     if span.entity == NAME and not any(c.isupper() for c in value) and any(c.islower() for c in value):
@@ -239,6 +239,10 @@ def spared_by(span: Span, text: str) -> str | None:
     if span.entity == USERNAME:
         return _username_rule(text, span.start, span.end)
     return None
+
+
+# Detectors that find a name's parts, each its own string: R's `person("Jane", "Roe")`.
+_NAME_PARTS = frozenset({"pattern:r_person"})
 
 
 # detect-secrets' hash exception, as BigCode applied it (a value with sha/md5/hash on its line), widened to the

@@ -1,0 +1,387 @@
+"""Recognizers for the idioms other ecosystems write people and credentials in (issue 35).
+
+The rules of `recognizers.py` grew from Python and JavaScript packages. Java, R, Perl, PHP, Ruby, Go and
+shell write the same things their own way, and each way is a fixed syntax a regex reads exactly:
+
+- people: R's `person("Given", "Family")` and DESCRIPTION's `Author:` field, POD's `=head1 AUTHOR` and its
+  `E<lt>...E<gt>` / `C<...>` wrappers, Maven's and PEAR's `<developer>`/`<lead>` blocks with their `<id>`/`<user>`,
+  Gradle's `developer { id/name }`, Debian changelogs' `[ Jane Roe ]`, `<a href="mailto:...">Jane Roe</a>`,
+  GitHub's `Merge pull request #1 from jroe/branch`, `/home/jroe/` paths, obfuscated addresses
+  (`jroe at example dot org`, `jroe[at]cpan.org`);
+- credentials: the password handed to a basic-auth or login API (`setBasicAuth("u", "...")`,
+  `new UsernamePasswordCredentials(...)`) or a database connect call (`DriverManager.getConnection(url, "u",
+  "...")`, `DBI->connect($dsn, "u", "...")`), command-line flags (`curl -u u:...`, `mysql -p...`, `sshpass -p`,
+  `redis-cli -a`), XML configs (`<password>...</password>`, `<property name="password" value="..."/>`), netrc and
+  fetchmailrc lines, Azure's `AccountKey=`, session cookies.
+
+Each list joins `code_recognizers()`; what is then spared (placeholders, example addresses, words) is decided by
+`rules.py` as for every other span.
+"""
+
+import re
+from collections.abc import Iterator
+
+from stackcurate.stages.pii.entities import EMAIL, KEY, PASSWORD, USERNAME
+from stackcurate.stages.pii.recognizers import (
+    _HANDLE,
+    _LOW,
+    _PERSON,
+    _UP,
+    NamePlace,
+    Rule,
+    _looks_random,
+    _name_lines,
+    _preceded_by,
+)
+
+# --- people ---------------------------------------------------------------------------------------------------
+
+# One name word of R's `person()`: `"Matt"`, `"Sales de Andrade"`, `"Jens Peder"`; not `""`, `"@handle"`, roles.
+_R_WORDS = rf"[{_UP}][{_LOW}{_UP}'’.\-]*(?:[ \t]+[{_UP}{_LOW}][{_LOW}{_UP}'’.\-]*){{0,3}}"
+# `person(...)` with its arguments, `c(...)` vectors included
+_R_PERSON = re.compile(r"(?P<list>\bperson\([^()]*(?:\([^()]*\)[^()]*)*\))")
+_R_ARGUMENT = re.compile(
+    rf"""(?:^|,)[ \t\r\n]*(?:(?P<key>given|family|first|last|middle)[ \t]*=[ \t]*)?(?:c\([ \t]*)?"""
+    rf"""(?P<value>["'](?P<name>{_R_WORDS})["'](?:[ \t]*,[ \t]*["'](?P<more>{_R_WORDS})["'])?)"""
+)
+
+
+def _r_person_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """The given and family names of `person("Given", "Family", role = ...)`, each quoted string its own span:
+    positional arguments until the first named one, or `given =`/`family =` (a `c("A", "B")` vector of given
+    names gives both)."""
+    inside = text.find("(", start) + 1
+    arguments = text[inside : end - 1]
+    if _TEMPLATE_PERSON.search(arguments):  # usethis's and testthat's `person("First", "Last")` templates
+        return
+    at, positional = 0, 0
+    while (argument := _R_ARGUMENT.match(arguments, at)) is not None:
+        at = argument.end("value")
+        if argument.group("key") is None:
+            positional += 1
+            if positional > 2:
+                return
+        for group in ("name", "more"):
+            if argument.group(group):
+                yield inside + argument.start(group), inside + argument.end(group)
+    # named arguments after a positional one (`person("Jane", family = "Roe")`) or after `role = ...`
+    for argument in re.finditer(r"\b(?:given|family)[ \t]*=[ \t]*(?:c\()?[ \t]*", arguments[at:]):
+        value = re.match(rf"""["']({_R_WORDS})["']""", arguments[at + argument.end() :])
+        if value is not None:
+            yield inside + at + argument.end() + value.start(1), inside + at + argument.end() + value.end(1)
+
+
+_TEMPLATE_PERSON = re.compile(r"""["'](?:First|Last|Given|Family|Your|Jane|John)["'][ \t\r\n]*[,)]""")
+
+# DESCRIPTION's `Author:` field: items over continuation lines, each `Name [roles] (<ORCID>)`, split by commas.
+_DCF_ITEM = re.compile(rf"(?:,|\band\b)?[ \t\r\n]*({_PERSON})[ \t]*(?:\[[^\]]*\]|\([^()]*\)|<[^<>]*>|[ \t\r\n])*")
+
+
+def _dcf_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """The names of a DCF field (`Author: Jane Roe [aut, cre],\\n  Tom Li [ctb]`) from `start` to `end`."""
+    for line in re.finditer(r"[^\n]+", text[start:end]):
+        for item in _DCF_ITEM.finditer(line.group(0)):
+            yield start + line.start() + item.start(1), start + line.start() + item.end(1)
+
+
+# A name right before an address in any wrapper: POD's `C<...>`, `F<...>`, `E<lt>...E<gt>`, `L<mailto:...>`,
+# a comma first (`Jane Roe, C<jroe@cpan.org>`), or an obfuscated address (`E<lt>jroe[at]cpan.orgE<gt>`).
+_MAILBOX = r"[\w.+%-]+(?:@|[ \t]*[\[({<](?i:at)[\])}>][ \t]*)[\w-]+(?:\.[\w-]+)+"
+_WRAPPED_EMAIL = re.compile(
+    rf"(?P<list>{_PERSON}),?[ \t]*\(?[ \t]*(?:[CFLI]<(?:mailto:)?|E<lt>|\[|&lt;|mailto:){_MAILBOX}"
+)
+# POD, Markdown and man pages: a heading that is only `AUTHOR`, `Maintainer`, `CURRENT MAINTAINER`, `Author(s)`,
+# with the names on the lines after it (`recognizers.name_list` reads plural headings inside longer lines).
+_AUTHOR_HEADING = re.compile(
+    r"(?im)^[ \t#*=.]*(?:=head\d[ \t]+|\.SH[ \t]+)?(?:(?:current|original|primary|main|lead)[ \t]+)?"
+    r"(?:author|maintainer)(?:\(s\)|s)?(?:[ \t]+(?:information|and[ \t]+(?:maintainers?|contributors?|copyright)))?"
+    r"[ \t:]*\r?\n"
+)
+# `<a href="mailto:jroe@x.org">Jane Roe</a>` (Javadoc `@author`, HTML pages).
+_MAILTO_LINK = re.compile(rf"""mailto:[^"'<>\s]+["']?[^<>\n]*>[ \t]*(?P<list>{_PERSON})[ \t]*</a>""")
+# A Debian changelog's per-person section: `  [ Jane Roe ]`.
+_CHANGELOG_SECTION = re.compile(rf"(?m)^[ \t]+\[[ \t]*(?P<list>{_PERSON})[ \t]*\][ \t]*\r?$")
+# Blocks of one person in build manifests: Maven's and PEAR's `<developer>`, `<contributor>`, `<lead>`,
+# `<helper>`, `<maintainer>`, `<author>`; Gradle's `developer {`.
+_OPEN_PERSON_XML = re.compile(
+    r"(?s)<(developer|contributor|lead|helper|maintainer|author|person)>"
+    r"(?:(?!</(?:developer|contributor|lead|helper|maintainer|author|person)>).)*$"
+)
+_OPEN_GRADLE_DEVELOPER = re.compile(r"(?s)\bdeveloper[ \t]*\{[^{}]*$")
+_GRADLE_FIELD = r"""(?:[ \t]*=[ \t]*|[ \t]+|\.set\([ \t]*)["']"""
+
+
+def _in_person_block(match: re.Match[str], text: str) -> bool:
+    return _preceded_by(_OPEN_PERSON_XML, match.start(), text, 1000)
+
+
+def _in_gradle_developer(match: re.Match[str], text: str) -> bool:
+    return _preceded_by(_OPEN_GRADLE_DEVELOPER, match.start(), text, 600)
+
+
+def _one(_text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    yield start, end
+
+
+NAME_PLACES = [
+    NamePlace("r_person", _R_PERSON, ("person(",), names=_r_person_names, reach=2000),
+    NamePlace(
+        "dcf_author",
+        re.compile(r"(?m)^Author:[ \t]*(?P<list>[^\n]*(?:\n[ \t]+[^\n]*)*)"),
+        ("author:",),
+        names=_dcf_names,
+        reach=20000,
+    ),
+    NamePlace("wrapped_email", _WRAPPED_EMAIL, ("@", "[at]", "(at)", "<at>", "{at}"), names=_one),
+    NamePlace("author_heading", _AUTHOR_HEADING, ("author", "maintainer"), names=_name_lines),
+    NamePlace("mailto_link", _MAILTO_LINK, ("mailto:",), names=_one),
+    NamePlace("changelog_section", _CHANGELOG_SECTION, ("[ ",), names=_one),
+    NamePlace(
+        "manifest_person",
+        re.compile(r"<name>[ \t]*(?P<list>[^<\n]{1,200})</name>"),
+        ("<name>",),
+        check=_in_person_block,
+    ),
+    NamePlace(
+        "gradle_developer",
+        re.compile(rf"""\bname{_GRADLE_FIELD}(?P<list>[^"'\n]{{1,200}})["']"""),
+        ("name",),
+        check=_in_gradle_developer,
+    ),
+]
+
+# --- handles and addresses ------------------------------------------------------------------------------------
+
+# `/home/jroe/...`, `/Users/jroe/...`, `C:\Users\jroe\...`; not the shared accounts images and CI set up.
+_SHARED_ACCOUNTS = frozenset(
+    "user username users you your yourname me myself name someone foo bar test tester guest admin root ubuntu debian "
+    "vagrant pi ec2-user centos fedora runner travis circleci jenkins gitlab-runner build builder buildd docker "
+    "git www-data nobody default public shared all common administrator sbuild pbuilder dev developer app "
+    "node vscode codespace jovyan rstudio foobar asdf work john jane joe bob alice data src project projects "
+    "me myuser someuser".split()
+)  # fmt: skip
+_HOME_PATH = re.compile(rf"(?:(?<![\w.~])/home/|(?<![\w.])/Users/|\b[A-Za-z]:\\\\?Users\\\\?)({_HANDLE})(?=[/\\])")
+
+
+_NUMBERED = re.compile(r"(?:user|test|foo|bar|guest|demo)[\w-]?\d*")  # `user2`, `test_1`
+
+
+def _personal_home(match: re.Match[str], _text: str) -> bool:
+    name = match.group(1)
+    return name.lower() not in _SHARED_ACCOUNTS and not _NUMBERED.fullmatch(name.lower()) and not name.isdigit()
+
+
+# `jroe at example dot org`, `jroe [at] example [dot] org`, `jroe(at)example.org`: a mailbox, an `at`, and a
+# domain whose dots may be spelled out; spelled with spaces only, both words must be spelled (` at ` and ` dot `).
+_OBFUSCATED_EMAIL = re.compile(
+    r"(?<![\w.+%-])[A-Za-z0-9][\w.+%-]{0,63}"
+    r"(?:[ \t]*[\[({<][ \t]*(?i:at)[ \t]*[\])}>][ \t]*[\w-]+"
+    r"(?:(?:[ \t]*[\[({<][ \t]*(?i:dot)[ \t]*[\])}>][ \t]*|\.)[\w-]+)+"
+    r"|[ \t]+(?:at|AT)[ \t]+[\w-]+(?:[ \t]+(?:dot|DOT)[ \t]+[\w-]+)+)"
+    r"(?![\w-])"
+)
+_SPELLED_DOT = re.compile(r"[ \t]*[\[({<]?[ \t]*(?i:dot)[ \t]*[\])}>]?[ \t]*")
+
+
+def _obfuscated_email(match: re.Match[str], _text: str) -> bool:
+    """Its domain, dots restored, ends in a public suffix (`jroe at example dot org`, not `look at this dot`)."""
+    from stackcurate.stages.pii.recognizers import _tld_extract
+
+    value = match.group(0)
+    domain = re.split(r"[ \t]*[\[({<][ \t]*(?i:at)[ \t]*[\])}>][ \t]*|[ \t]+(?:at|AT)[ \t]+", value, maxsplit=1)[-1]
+    domain = _SPELLED_DOT.sub(".", domain) if re.search(r"(?i)dot", domain) else domain
+    extracted = _tld_extract()(domain)
+    return bool(extracted.suffix and extracted.domain)
+
+
+HANDLE_RULES = [
+    # Maven's `<developer><id>jroe</id>`, PEAR's `<lead><user>jroe</user>`.
+    Rule(
+        "manifest_id",
+        re.compile(rf"<(?:id|user|username)>[ \t]*({_HANDLE})[ \t]*</(?:id|user|username)>"),
+        ((1, USERNAME),),
+        0.8,
+        lambda match, text: _preceded_by(_OPEN_PERSON_XML, match.start(), text, 1000),
+        keywords=("<id>", "<user>", "<username>"),
+    ),
+    # Gradle's `developer { id = "jroe" }` / `id 'jroe'` / `id.set("jroe")`.
+    Rule(
+        "gradle_developer_id",
+        re.compile(rf"""\bid{_GRADLE_FIELD}({_HANDLE})["']"""),
+        ((1, USERNAME),),
+        0.8,
+        _in_gradle_developer,
+        keywords=("id ", "id=", "id.set"),
+    ),
+    # GitHub's merge commits, quoted in changelogs: `Merge pull request #12 from jroe/fix-parser`.
+    Rule(
+        "merge_from",
+        re.compile(rf"[Mm]erge (?:pull request|PR) #\d+ from ({_HANDLE})/"),
+        ((1, USERNAME),),
+        0.85,
+        keywords=("merge",),
+    ),
+    # `Jane Roe <jroe@x.org> (@jroe)`: MAINTAINERS and CODEOWNERS-like lists.
+    Rule(
+        "maintainer_handle",
+        re.compile(rf"{_PERSON}[ \t]*<[^<>\s]+@[^<>\s]+>[ \t]*\(@({_HANDLE})\)"),
+        ((1, USERNAME),),
+        0.85,
+        keywords=("(@",),
+    ),
+    Rule("home_path", _HOME_PATH, ((1, USERNAME),), 0.7, _personal_home, keywords=("/home/", "/users/", "\\users")),
+]
+
+EMAIL_RULES = [
+    # POD's `E<lt>jroe@cpan.orgE<gt>`: the generic regex would take the `E` of `E<gt>` into the domain.
+    Rule(
+        "pod_email",
+        re.compile(r"E<lt>([\w.+%-]+(?:@|\[at\])[\w-]+(?:\.[\w-]+)+?)E<gt>"),
+        ((1, EMAIL),),
+        0.9,
+        anchor="E<lt>",
+    ),
+    Rule(
+        "obfuscated_email",
+        _OBFUSCATED_EMAIL,
+        ((0, EMAIL),),
+        0.8,
+        _obfuscated_email,
+        keywords=(" dot ", "[at]", "(at)", "{at}", "<at>"),
+    ),
+]
+
+# --- credentials ----------------------------------------------------------------------------------------------
+
+_ARGUMENT = r"""(?:[bu]?["'][^"'\n]{0,120}["']|[$@]?[\w.\->:\[\]]{1,80}(?:\(\))?)"""
+# The value (the quote before it is where the match starts) is the second argument of a call whose name
+# says it authenticates: `setBasicAuth("u", "...")`, `new UsernamePasswordCredentials("u", "...")`,
+# `Credentials.basic("u", "...")`, `->auth('u', '...')`, `smtp.login(user, "...")`, `ldap.bind(dn, "...")`.
+_AUTH_CALL_BEFORE = re.compile(
+    r"(?i)(?:\w*basic_?auth\w*|\w*password_?(?:credentials|authentication)|(?<![\w])(?:basic|auth|login|logon|"
+    r"sign_?in|bind|simple_bind_s|authenticate|with_?basic_?auth|http_?auth))[ \t]*\([ \t]*"
+    + _ARGUMENT + r"""[ \t]*,[ \t]*[bu]?["']$"""
+)  # fmt: skip
+# ... or the third of a database connect call: `DriverManager.getConnection(url, "u", "...")`,
+# `DBI->connect($dsn, "u", "...")`, `mysqli_connect("host", "u", "...")`, `new PDO($dsn, 'u', '...')`.
+_CONNECT_CALL_BEFORE = re.compile(
+    r"(?i)(?:(?:->|\.|(?<![\w]))connect|getconnection|\w+_connect|dbconnect|new[ \t]+pdo)[ \t]*\([ \t]*"
+    + _ARGUMENT + r"[ \t]*,[ \t]*" + _ARGUMENT + r"""[ \t]*,[ \t]*[bu]?["']$"""
+)  # fmt: skip
+_QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{4,128}(?=["'`])""")
+
+
+def _credential_argument(match: re.Match[str], text: str) -> bool:
+    from stackcurate.stages.pii.recognizers import _token_literal
+
+    value = match.group(0)
+    if _token_literal(value) or not any(not c.isalpha() for c in value) or "://" in value or "=" in value:
+        return False
+    return _preceded_by(_AUTH_CALL_BEFORE, match.start(), text, 240) or _preceded_by(
+        _CONNECT_CALL_BEFORE, match.start(), text, 320
+    )
+
+
+_SECRET_VALUE = r"""(?P<q>["']?)([^\s"'`$<>{}|;]{4,128})(?P=q)(?=[\s;|&)]|$)"""
+# Command lines: `curl -u user:pass`, `lftp -u user,pass`, `smbclient -U user%pass`, `mysql -psecret`,
+# `mysql -p secret` is a database name (the client prompts), `sshpass -p pass`, `redis-cli -a pass`,
+# `wget --http-password=pass`, `PGPASSWORD=pass psql` (the generic env rule takes unquoted values).
+_CLI_CREDENTIALS = re.compile(
+    r"(?m)(?:"
+    r"\bcurl\b[^\n]*?(?:-u|--user)[ \t]+[\"']?[^\s:\"']{1,64}:([^\s\"'@]{4,128})[\"']?(?=\s|$)"
+    r"|\blftp\b[^\n]*?-u[ \t]+[\"']?[^\s,\"']{1,64},([^\s\"']{4,128})[\"']?(?=\s|$)"
+    r"|\bsmbclient\b[^\n]*?-U[ \t]+[\"']?[^\s%\"']{1,64}%([^\s\"']{4,128})[\"']?(?=\s|$)"
+    r"|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mariadb|mariadb-dump)\b[^\n]*?[ \t]-p"
+    r"([^\s\"'$-][^\s\"']{3,127})(?=\s|$)"
+    r"|\bsshpass\b[^\n]*?[ \t]-p[ \t]*[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|\bredis-cli\b[^\n]*?[ \t]-a[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|(?<![\w-])--(?:http-|ftp-|proxy-|db-)?password[ \t]*=?[ \t]*[\"']([^\s\"'$<>{}]{4,128})[\"']"
+    r"|(?<![\w-])(?:PGPASSWORD|MYSQL_PWD|REDISCLI_AUTH|SSHPASS)=[\"']([^\s\"'$]{4,128})[\"']"
+    r")"
+)
+# XML: `<password>...</password>` (any element named for a password or secret), `<property name="db.password"
+# value="..."/>`, `<entry key="password">...</entry>`, `<param name="password" value="..."/>`.
+_XML_PASSWORD = re.compile(
+    r"(?i)<([\w:.\-]*(?:password|passwd|pwd|passphrase))>[ \t]*([^<>\s]{4,128})[ \t]*</\1>"
+    r"|(?i:name|key)=[\"'][\w.\-]*(?:password|passwd|pwd|passphrase)[\"'](?:[ \t]+value=[\"']([^\"'\s]{4,128})[\"']"
+    r"|[ \t]*>[ \t]*([^<>\s]{4,128})[ \t]*<)"
+)
+# netrc (`machine h login u password p`) and fetchmailrc (`poll h ... user "u" password "p"`).
+_NETRC = re.compile(
+    r"(?m)^[ \t]*(?:machine|poll|default)\b[^\n]*?\b(?:login|user(?:name)?)[ \t]+\S+[^\n]*?\bpassword[ \t]+"
+    r"[\"']?([^\s\"']{4,128})[\"']?(?=\s|$)"
+)
+# Azure Storage and Service Bus connection strings: `AccountKey=<base64>`, `SharedAccessKey=<base64>`.
+_ACCOUNT_KEY = re.compile(r"\b(?:AccountKey|SharedAccessKey|SharedAccessSignature)=([A-Za-z0-9+/]{30,}={0,2})")
+# A session cookie's value: `Cookie: sessionid=...`, `JSESSIONID=...`, `_session_id=...`.
+_SESSION_COOKIE = re.compile(
+    r"(?i)\b(?:session(?:_?id)?|sid|phpsessid|jsessionid|connect\.sid|_[\w]+_session|csrftoken|remember_token)"
+    r"=([A-Za-z0-9%._\-]{16,})"
+)
+
+
+def _secret_shaped(value: str) -> bool:
+    """A digit or a symbol, and not a variable (`$PASS`, `%(password)s`, `${db.password}`, `<password>`)."""
+    return not value.startswith(("$", "%", "{", "<")) and any(not c.isalpha() for c in value)
+
+
+def _last_value(match: re.Match[str], _text: str) -> bool:
+    """The rule's value (the last group that matched) is shaped like a secret."""
+    return _secret_shaped(next(v for v in reversed(match.groups()) if v))
+
+
+def _random_value(match: re.Match[str], _text: str) -> bool:
+    return _looks_random(match.group(1).strip("=%"))
+
+
+PASSWORD_RULES = [
+    Rule(
+        "credential_argument",
+        _QUOTED,
+        ((0, PASSWORD),),
+        0.8,
+        _credential_argument,
+        keywords=("auth", "basic", "credential", "login", "logon", "sign", "bind", "connect", "pdo"),
+    ),
+    Rule(
+        "cli_credentials",
+        _CLI_CREDENTIALS,
+        tuple((group, PASSWORD) for group in range(1, 9)),
+        0.8,
+        _last_value,
+        keywords=(
+            "curl",
+            "lftp",
+            "smbclient",
+            "mysql",
+            "mariadb",
+            "sshpass",
+            "redis-cli",
+            "password",
+            "pgpassword",
+            "mysql_pwd",
+            "rediscli_auth",
+        ),
+    ),  # fmt: skip
+    Rule(
+        "xml_password",
+        _XML_PASSWORD,
+        ((2, PASSWORD), (3, PASSWORD), (4, PASSWORD)),
+        0.8,
+        _last_value,
+        keywords=("pass", "pwd"),
+    ),
+    Rule("netrc_password", _NETRC, ((1, PASSWORD),), 0.8, _last_value, keywords=("password",)),
+]
+
+KEY_RULES = [
+    Rule("account_key", _ACCOUNT_KEY, ((1, KEY),), 0.9, _random_value, anchor=("AccountKey=", "SharedAccess")),
+    Rule(
+        "session_cookie",
+        _SESSION_COOKIE,
+        ((1, KEY),),
+        0.75,
+        _random_value,
+        keywords=("sess", "sid", "csrf", "remember"),
+    ),
+]

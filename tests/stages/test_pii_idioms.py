@@ -1,0 +1,190 @@
+"""The pii stage's recognizers for other ecosystems' idioms (`stackcurate/stages/pii/idioms.py`): each idiom
+found as its ecosystem writes it, and the look-alikes met in real Debian packages left alone.
+
+Names, handles and secrets here are made up; the negative cases are shapes taken from real packages'
+files (Go and Ruby tests, PostgreSQL's docs, AWS SDK comments, testthat's templates).
+"""
+
+import pytest
+
+pytest.importorskip("presidio_analyzer")
+
+from stackcurate.stages.pii import Detector, PiiConfig  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def detector() -> Detector:
+    return Detector(PiiConfig(model="none"))
+
+
+def found(detector: Detector, text: str) -> set[tuple[str, str]]:
+    spans, _ = detector.find(text)
+    return {(s.entity, text[s.start : s.end]) for s in spans}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            'Authors@R: c(person("Marta", "Quiroga", role = c("aut", "cre"), email = "mquiroga@posteo.de"),\n'
+            '    person(given = "Arvid", family = "Lindqvist", role = "ctb"))\n',
+            {("NAME", "Marta"), ("NAME", "Quiroga"), ("NAME", "Arvid"), ("NAME", "Lindqvist")},
+            id="r-authors-at-r",
+        ),
+        pytest.param(
+            "Author: Marta Quiroga [aut, cre] (<https://orcid.org/0000-0002-1825-0097>),\n  Arvid Lindqvist [ctb],\n"
+            "  Oyelaran Bamidele [ctb]\nMaintainer: Marta Quiroga <mquiroga@posteo.de>\n",
+            {("NAME", "Marta Quiroga"), ("NAME", "Arvid Lindqvist"), ("NAME", "Oyelaran Bamidele")},
+            id="r-description-author",
+        ),
+        pytest.param(
+            "=head1 AUTHOR\n\nTorvald Ekblom\n\n=head1 COPYRIGHT\n", {("NAME", "Torvald Ekblom")}, id="pod-author"
+        ),
+        pytest.param(
+            "=head1 AUTHOR\n\nTorvald Ekblom E<lt>tekblom@riseup.netE<gt>\n",
+            {("NAME", "Torvald Ekblom"), ("EMAIL", "tekblom@riseup.net")},
+            id="pod-e-lt",
+        ),
+        pytest.param(
+            "Sunniva Haugland, C<sunniva@haugland.no>\n", {("NAME", "Sunniva Haugland")}, id="pod-code-wrapper"
+        ),
+        pytest.param(
+            "Kenji Wataname, E<lt>kwataname[at]cpan.orgE<gt>\n",
+            {("NAME", "Kenji Wataname"), ("EMAIL", "kwataname[at]cpan.org")},
+            id="pod-obfuscated",
+        ),
+        pytest.param(
+            "Questions go to tekblom at riseup dot net, please.\n",
+            {("EMAIL", "tekblom at riseup dot net")},
+            id="spelled-out-address",
+        ),
+        pytest.param(
+            "    <developer>\n      <id>qlindqvist</id>\n      <name>Arvid Lindqvist</name>\n    </developer>\n",
+            {("NAME", "Arvid Lindqvist")},
+            id="maven-developer",
+        ),
+        pytest.param(
+            '    developers {\n        developer {\n            id = "qlindqvist"\n'
+            '            name = "Arvid Lindqvist"\n        }\n    }\n',
+            {("NAME", "Arvid Lindqvist")},
+            id="gradle-developer",
+        ),
+        pytest.param(
+            ' * @author <a href="mailto:arvid@lindqvist.se">Arvid Lindqvist</a>\n',
+            {("NAME", "Arvid Lindqvist"), ("EMAIL", "arvid@lindqvist.se")},
+            id="javadoc-mailto",
+        ),
+        pytest.param(
+            " <lead>\n  <name>Sunniva Haugland</name>\n  <user>shaugland</user>\n </lead>\n",
+            {("NAME", "Sunniva Haugland")},
+            id="pear-lead",
+        ),
+        pytest.param(
+            "libfoo (1.2-1) unstable; urgency=medium\n\n  [ Torvald Ekblom ]\n  * New upstream release.\n",
+            {("NAME", "Torvald Ekblom")},
+            id="debian-changelog-section",
+        ),
+    ],
+)
+def test_people_in_other_ecosystems_manifests_and_docs(detector, text, expected):
+    assert expected <= found(detector, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "handle"),
+    [
+        ("    <developer>\n      <id>qlindqvist</id>\n      <name>Arvid Lindqvist</name>\n", "qlindqvist"),
+        ('        developer {\n            id = "qlindqvist"\n', "qlindqvist"),
+        ("        developer {\n            id 'qlindqvist'\n", "qlindqvist"),
+        (" <lead>\n  <name>Sunniva Haugland</name>\n  <user>shaugland</user>\n", "shaugland"),
+        ("* Merge pull request #123 from shaugland/fix-parser\n", "shaugland"),
+        ("Sunniva Haugland <sunniva@haugland.no> (@shaugland)\n", "shaugland"),
+        ("cd /home/tekblom/projects/app\n", "tekblom"),
+        (r"C:\Users\tekblom\Documents\db.accdb", "tekblom"),
+    ],
+)
+def test_handles_where_manifests_and_paths_name_them(text, handle):
+    detector = Detector(PiiConfig(model="none"))
+    spans = detector.find_batch([text], [False])[0][0]
+    assert ("USERNAME", handle) in {(s.entity, text[s.start : s.end]) for s in spans}
+
+
+SECRET = "Hq7#pLm2x"
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        'p.setCredentials(AuthScope.ANY, new UsernamePasswordCredentials("deploy", "{s}"));',
+        'return new PasswordAuthentication("mailer", "{s}".toCharArray());',
+        'headers.setBasicAuth("svc-report", "{s}");',
+        'String credential = Credentials.basic("jroe", "{s}");',
+        "Net::SMTP->new('smtp.isp.net')->auth('jroe', '{s}');",
+        'Connection c = DriverManager.getConnection("jdbc:postgresql://db/app", "app", "{s}");',
+        'my $dbh = DBI->connect($dsn, "report", "{s}", {{ RaiseError => 1 }});',
+        '$link = mysqli_connect("localhost", "app", "{s}", "shop");',
+        "$pdo = new PDO('mysql:host=localhost;dbname=shop', 'app', '{s}');",
+        "curl -u deploy:{s} https://ci.internal.net/api",
+        "mysqldump -u backup -p{s} mydb > dump.sql",
+        "sshpass -p '{s}' ssh deploy@host",
+        "redis-cli -h 198.51.100.3 -a {s} ping",
+        "lftp -u backup,{s} sftp://files.internal",
+        "smbclient //fs/share -U backup%{s}",
+        "PGPASSWORD='{s}' psql -h 203.0.113.9 -U report",
+        '<property name="password" value="{s}"/>',
+        "<password>{s}</password>",
+        '<entry key="db.password">{s}</entry>',
+        'poll mail.isp.net protocol imap user "jroe" password "{s}"',
+        "machine ftp.isp.net login jroe password {s}",
+    ],
+)
+def test_passwords_handed_to_auth_and_connect_calls_command_lines_and_configs(detector, template):
+    text = template.format(s=SECRET) + "\n"
+    assert ("PASSWORD", SECRET) in found(detector, text), text
+
+
+def test_azure_account_keys_and_session_cookies(detector):
+    key = "q3X7vB2nR8mK4pL9wZ1tY6uH5jG0fD3sA8eC2xV7bN4mQ1kP9oI6uY3tR5eW2qA0sD8fG7hJ4kL1zX6cV9bN3m=="
+    text = f"DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={key};EndpointSuffix=core.windows.net\n"
+    assert ("KEY", key) in found(detector, text)
+    cookie = "Zx9KqP2mW8vR4tL6nB3yH7cJ5dF1gS0a"
+    assert ("KEY", cookie) in found(detector, f"Cookie: sessionid={cookie}\n")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # calls that are not logins or connections (Go and Ruby tests, PostgreSQL's docs)
+        '\terr = c.AuthUserAdd("user2", "user2", false)',
+        '\terr := client.NetworkConnect(context.Background(), "network_id", "container_id", nil)',
+        "SELECT * FROM connectby('connectby_tree', 'keyid', 'parent_keyid', 'row2', 0)",
+        '\t_, err := client.Authorize(context.Background(), "example.com")',
+        # a variable, a prompt, a sed script
+        'mysql -u root -p"$DB_PASS" shop',
+        "redis-cli -a $REDIS_PASSWORD ping",
+        "#PassCmd \"sed -n -e 's,^machine work\\\\.host\\\\.com login tehuser password \\\\(.*\\\\),\\\\1,p' < ~/.netrc\"",
+        "By default, when using password authentication, the module expects the",
+        "<password>${db.password}</password>",
+        # templates and prose
+        'usethis::use_description(list(`Authors@R` = \'person("First", "Last", email = "first.last@example.com")\'))',
+        "We looked at the result dot by dot.",
+    ],
+)
+def test_look_alikes_from_real_packages_are_left(detector, text):
+    assert found(detector, text + "\n") == set(), text
+
+
+@pytest.mark.parametrize(
+    ("text", "handle"),
+    [
+        ("// Internet Control Message Protocol (ICMP) Parameters, Updated: 2018-02-26", "ICMP"),
+        ("\t// Resource Names (ARNs) and AWS Service Namespaces", "ARNs"),
+        ('    ("/./home//..//home/user2/", ["home/user2/.profile"]),', "user2"),
+        ("            sample: /home/foobar/21102015-1445431274-908472971", "foobar"),
+        ("ENV HOME=/home/runner/work", "runner"),
+    ],
+)
+def test_acronyms_and_shared_accounts_are_no_handles(text, handle):
+    detector = Detector(PiiConfig(model="none"))
+    spans = detector.find_batch([text + "\n"], [False])[0][0]
+    assert handle not in {text[s.start : s.end] for s in spans if s.entity == "USERNAME"}
