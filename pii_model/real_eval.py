@@ -116,8 +116,12 @@ def score(rows: list[dict], spans: list[list[dict]]) -> dict[str, dict]:
             elif not any(IGNORED.get(entity) == s["entity"] for entity in on):
                 wrong[s["entity"]] += 1
     table = {}
-    decoys = [(lab, predicted) for row, predicted in zip(rows, spans, strict=True) for lab in row["labels"]
-              if lab["entity"].endswith("_EXAMPLE") or lab["entity"] in IGNORED and lab["entity"] not in POLICY]  # fmt: skip
+    decoys = [
+        (lab, predicted)
+        for row, predicted in zip(rows, spans, strict=True)
+        for lab in row["labels"]
+        if lab["entity"].endswith("_EXAMPLE") or lab["entity"] in IGNORED and lab["entity"] not in POLICY
+    ]
     touched = sum(
         any(s["start"] < lab["end"] and lab["start"] < s["end"] and s.get("replacement", "") is not None for s in p)
         for lab, p in decoys

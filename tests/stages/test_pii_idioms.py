@@ -162,7 +162,7 @@ def test_azure_account_keys_and_session_cookies(detector):
         # a variable, a prompt, a sed script
         'mysql -u root -p"$DB_PASS" shop',
         "redis-cli -a $REDIS_PASSWORD ping",
-        "#PassCmd \"sed -n -e 's,^machine work\\\\.host\\\\.com login tehuser password \\\\(.*\\\\),\\\\1,p' < ~/.netrc\"",
+        "#PassCmd \"sed -n -e 's,^machine host login tehuser password \\\\(.*\\\\),\\\\1,p' < ~/.netrc\"",
         "By default, when using password authentication, the module expects the",
         "<password>${db.password}</password>",
         # templates and prose
