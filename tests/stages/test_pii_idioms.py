@@ -9,7 +9,9 @@ import pytest
 
 pytest.importorskip("presidio_analyzer")
 
-from stackcurate.stages.pii import Detector, PiiConfig  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from stackcurate.stages.pii import Detector, PiiConfig, PiiStage, is_people_file  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +190,79 @@ def test_acronyms_and_shared_accounts_are_no_handles(text, handle):
     detector = Detector(PiiConfig(model="none"))
     spans = detector.find_batch([text + "\n"], [False])[0][0]
     assert handle not in {text[s.start : s.end] for s in spans if s.entity == "USERNAME"}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "pom.withXml {\n  def dev = asNode().appendNode('developers').appendNode('developer')\n"
+            "  dev.appendNode('id', 'qlindqvist')\n  dev.appendNode('name', 'Arvid Lindqvist')\n}\n",
+            {("NAME", "Arvid Lindqvist"), ("USERNAME", "qlindqvist")},
+            id="gradle-append-node",
+        ),
+        pytest.param(
+            "POM_DEVELOPER_ID=qlindqvist\nPOM_DEVELOPER_NAME=Arvid Lindqvist\n",
+            {("NAME", "Arvid Lindqvist"), ("USERNAME", "qlindqvist")},
+            id="gradle-properties",
+        ),
+        pytest.param(
+            'String auth = Base64.getEncoder().encodeToString("deploy:Hq7#pLm2x".getBytes());\n',
+            {("PASSWORD", "Hq7#pLm2x")},
+            id="base64-basic-auth",
+        ),
+        pytest.param(
+            "mc alias set backup https://s3.internal --access-key Q3EGRVX5HNVLG7OZ --secret-key "
+            "Zx9KqP2mW8vR4tL6nB3yH7cJ5dF1gS0aKe\n",
+            {("KEY", "Zx9KqP2mW8vR4tL6nB3yH7cJ5dF1gS0aKe")},
+            id="cli-secret-key",
+        ),
+        pytest.param("Sunniva Haugland (SHAUGLAND)\n", {("USERNAME", "SHAUGLAND")}, id="cpan-id"),
+    ],
+)
+def test_gradle_publishing_encoded_credentials_and_cli_keys(text, expected):
+    detector = Detector(PiiConfig(model="none"))
+    spans = detector.find_batch([text], [False])[0][0]
+    assert expected <= {(s.entity, text[s.start : s.end]) for s in spans}
+
+
+PEOPLE_FILE = """\
+Please do not mail any of the authors listed here asking questions.
+
+Original Authors
+----------------
+Torvald Ekblom      <tekblom@riseup.net>
+Sunniva Haugland	   sunniva at haugland.no
+Arvid Lindqvist -- trac handler, man pages
+Oyelaran Bamidele: the Windows port
+qlindqvist -- rub handler
+- Marta Quiroga
+Kenji Wataname (@kwataname)
+
+IME input method
+----------------
+Heikki Vatanen
+"""
+
+
+def test_a_file_that_lists_people_names_them_whatever_follows_each(detector):
+    assert is_people_file("usr/share/doc/x/AUTHORS") and is_people_file("THANKS.md") and is_people_file("MAINTAINERS")
+    assert not is_people_file("src/authors.py") and not is_people_file("README.md")
+    spans, _ = detector.find(PEOPLE_FILE, people=True)
+    got = {(s.entity, PEOPLE_FILE[s.start : s.end]) for s in spans}
+    names = ["Torvald Ekblom", "Sunniva Haugland", "Arvid Lindqvist", "Oyelaran Bamidele", "Marta Quiroga",
+             "Kenji Wataname", "Heikki Vatanen"]  # fmt: skip
+    assert {("NAME", name) for name in names} <= got
+    assert {("USERNAME", "qlindqvist"), ("USERNAME", "kwataname")} <= got
+    assert not any("Original" in value or "Please" in value or "IME" in value for _, value in got)
+    # the same text as code: no list of people, so no bare lines taken for names
+    plain = {value for _, value in found(detector, PEOPLE_FILE)}
+    assert "Heikki Vatanen" not in plain and "Arvid Lindqvist" not in plain
+
+
+def test_the_stage_reads_a_people_file_by_its_path():
+    stage = PiiStage(PiiConfig(model="none"))
+    table = pa.table({"path": ["pkg/AUTHORS", "pkg/notes.txt"], "content": [PEOPLE_FILE, PEOPLE_FILE]})
+    spans = stage(table).kept.column("pii_spans").to_pylist()
+    names = [{PEOPLE_FILE[s["start"] : s["end"]] for s in row if s["entity"] == "NAME"} for row in spans]
+    assert "Heikki Vatanen" in names[0] and "Heikki Vatanen" not in names[1]

@@ -41,6 +41,7 @@ import dataclasses
 import functools
 import logging
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -193,6 +194,18 @@ def is_config(path: str | None, extension: str | None, language: str | None) -> 
     return language in CONFIG_LANGUAGES or ext in CONFIG_EXTENSIONS or path.rsplit("/", 1)[-1].startswith(".env")
 
 
+# Files that list people, one a line (`AUTHORS`, `THANKS.md`, `CONTRIBUTORS.txt`, `MAINTAINERS`, `.mailmap`): there a
+# line that starts with a name, or is a handle, names a person whatever follows it.
+_PEOPLE_FILE = re.compile(
+    r"(?i)(?:authors|thanks|contributors|contributers|maintainers|credits|owners|committers|people|\.mailmap)"
+    r"(?:\.(?:txt|md|rst|markdown|adoc|asciidoc|org|list|in))?"
+)
+
+
+def is_people_file(path: str | None) -> bool:
+    return _PEOPLE_FILE.fullmatch((path or "").rsplit("/", 1)[-1]) is not None
+
+
 class Detector:
     """Finds the spans to redact in texts, and the ones it spares (with the sparing rule).
 
@@ -215,6 +228,12 @@ class Detector:
         return recognizers.config_recognizers()
 
     @functools.cached_property
+    def people_recognizers(self) -> list[Any]:
+        from stackcurate.stages.pii import idioms
+
+        return idioms.people_recognizers()
+
+    @functools.cached_property
     def entities(self) -> list[str]:
         supported = set(self.engine.get_supported_entities("en"))
         return [e for e in self.cfg.entities if e in supported]
@@ -229,18 +248,23 @@ class Detector:
             self._model = EncoderModel(folder, entities=entities, lines=self.cfg.model_lines, device=self.cfg.device)
         return self._model
 
-    def find_batch(self, texts: list[str], configs: list[bool]) -> list[tuple[list[rules.Span], list[str]]]:
+    def find_batch(
+        self, texts: list[str], configs: list[bool], people: list[bool] | None = None
+    ) -> list[tuple[list[rules.Span], list[str]]]:
         """For each text: (spans to redact in text order, the names of the rules that spared the others).
+        `configs` says which texts are config files, `people` which are lists of people (`is_people_file`).
 
         The patterns also read each unescaped view of a text (`escapes.py`: a raw notebook's JSON strings, a
         string literal holding code), and their spans there count at the offsets they map back to."""
         model = self.model
         model_spans = model.spans(texts) if model is not None else [[] for _ in texts]
         out = []
-        for text, config, found in zip(texts, configs, model_spans, strict=True):
-            spans, spared = self._judge(text, self._patterns(text, config) + found if self.cfg.patterns else found)
+        people = people or [False] * len(texts)
+        for text, config, listed, found in zip(texts, configs, people, model_spans, strict=True):
+            patterns = self._patterns(text, config, listed) if self.cfg.patterns else []
+            spans, spared = self._judge(text, patterns + found)
             for view in escapes.views(text) if self.cfg.patterns else []:
-                in_view, spared_in_view = self._judge(view.text, self._patterns(view.text, config))
+                in_view, spared_in_view = self._judge(view.text, self._patterns(view.text, config, listed))
                 spans += [_to_original(span, view) for span in in_view]
                 spared += [(_to_original(span, view), reason) for span, reason in spared_in_view]
             redacted = {(s.entity, s.start, s.end) for s in spans}
@@ -252,8 +276,8 @@ class Detector:
             out.append((rules.resolve_overlaps(spans), kept))
         return out
 
-    def find(self, text: str, config: bool = False) -> tuple[list[rules.Span], list[str]]:
-        return self.find_batch([text], [config])[0]
+    def find(self, text: str, config: bool = False, people: bool = False) -> tuple[list[rules.Span], list[str]]:
+        return self.find_batch([text], [config], [people])[0]
 
     def _judge(self, text: str, candidates: list[rules.Span]) -> tuple[list[rules.Span], list[tuple[rules.Span, str]]]:
         """The candidates to redact, and the others with the rule that spares each (below-threshold ones go)."""
@@ -268,12 +292,10 @@ class Detector:
                 spared.append((span, reason))
         return spans, spared
 
-    def _patterns(self, text: str, config: bool) -> list[rules.Span]:
+    def _patterns(self, text: str, config: bool, people: bool = False) -> list[rules.Span]:
+        extra = (self.config_recognizers if config else []) + (self.people_recognizers if people else [])
         found = self.engine.analyze(
-            text,
-            language="en",
-            entities=self.entities,
-            ad_hoc_recognizers=self.config_recognizers if config else None,
+            text, language="en", entities=self.entities, ad_hoc_recognizers=extra or None
         )  # the score threshold applies in find_batch, to pattern and model spans alike
         return [
             rules.Span(
@@ -364,7 +386,12 @@ class PiiStage(RecordStage):
             for row, path, ext, language in zip(places, paths, extensions, languages, strict=True)
             for _, _, where in row
         ]
-        found = iter(self.detector.find_batch(texts, configs))
+        people = [
+            where == "content" and is_people_file(path)
+            for row, path in zip(places, paths, strict=True)
+            for *_, where in row
+        ]
+        found = iter(self.detector.find_batch(texts, configs, people))
         stats: Counter[tuple[str, str | None, str | None]] = Counter()
         out_spans = []
         for row, language in zip(places, languages, strict=True):

@@ -21,6 +21,8 @@ Each list joins `code_recognizers()`; what is then spared (placeholders, example
 import re
 from collections.abc import Iterator
 
+from presidio_analyzer import EntityRecognizer
+
 from stackcurate.stages.pii.entities import EMAIL, KEY, PASSWORD, USERNAME
 from stackcurate.stages.pii.recognizers import (
     _HANDLE,
@@ -28,7 +30,10 @@ from stackcurate.stages.pii.recognizers import (
     _PERSON,
     _UP,
     NamePlace,
+    NameRecognizer,
+    RegexRecognizer,
     Rule,
+    _listed_handle,
     _looks_random,
     _name_lines,
     _preceded_by,
@@ -123,6 +128,24 @@ def _one(_text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
     yield start, end
 
 
+# Groovy's `asNode().appendNode('developers').appendNode('developer')...appendNode('name', 'Jane Roe')`, and the
+# properties of Gradle's Maven publishing plugins: `POM_DEVELOPER_NAME=Jane Roe`, `POM_DEVELOPER_ID=jroe`.
+_APPEND_NODE = re.compile(
+    r"""appendNode\([ \t]*["'](?P<field>name|id)["'][ \t]*,[ \t]*["'](?P<list>[^"'\n]{1,200})["']"""
+)
+_OPEN_APPEND_DEVELOPER = re.compile(
+    r"""(?s)appendNode\([ \t]*["'](?:developer|contributor)["']"""
+    r"""(?:(?!appendNode\([ \t]*["'](?:developer|contributor)["']).){0,600}$"""
+)
+_POM_PROPERTY = re.compile(
+    r"(?im)^[ \t]*POM_(?:DEVELOPER|AUTHOR)_(?P<field>NAME|ID)[ \t]*[=:][ \t]*(?P<list>[^\n\r]{1,200}?)[ \t]*\r?$"
+)
+
+
+def _developer_node(match: re.Match[str], text: str) -> bool:
+    return _preceded_by(_OPEN_APPEND_DEVELOPER, match.start(), text, 700)
+
+
 NAME_PLACES = [
     NamePlace("r_person", _R_PERSON, ("person(",), names=_r_person_names, reach=2000),
     NamePlace(
@@ -141,6 +164,20 @@ NAME_PLACES = [
         re.compile(r"<name>[ \t]*(?P<list>[^<\n]{1,200})</name>"),
         ("<name>",),
         check=_in_person_block,
+    ),
+    NamePlace(
+        "gradle_developer",
+        _APPEND_NODE,
+        ("appendnode",),
+        names=_one,
+        check=lambda match, text: match.group("field") == "name" and _developer_node(match, text),
+    ),
+    NamePlace(
+        "gradle_developer",
+        _POM_PROPERTY,
+        ("pom_developer", "pom_author"),
+        names=_one,
+        check=lambda match, _text: match.group("field").upper() == "NAME",
     ),
     NamePlace(
         "gradle_developer",
@@ -212,6 +249,22 @@ HANDLE_RULES = [
         0.8,
         _in_gradle_developer,
         keywords=("id ", "id=", "id.set"),
+    ),
+    Rule(
+        "gradle_developer_id",
+        _APPEND_NODE,
+        (("list", USERNAME),),
+        0.8,
+        lambda match, text: match.group("field") == "id" and _developer_node(match, text),
+        keywords=("appendnode",),
+    ),
+    Rule(
+        "gradle_developer_id",
+        _POM_PROPERTY,
+        (("list", USERNAME),),
+        0.8,
+        lambda match, _text: match.group("field").upper() == "ID",
+        keywords=("pom_developer", "pom_author"),
     ),
     # GitHub's merge commits, quoted in changelogs: `Merge pull request #12 from jroe/fix-parser`.
     Rule(
@@ -334,7 +387,25 @@ def _random_value(match: re.Match[str], _text: str) -> bool:
     return _looks_random(match.group(1).strip("=%"))
 
 
+# `"jroe:s3cret"` handed to a Base64 encoder for a basic-auth header (`encodeToString("jroe:...".getBytes())`,
+# `base64.b64encode(b"jroe:...")`, `btoa("jroe:...")`).
+_USER_COLON_SECRET = re.compile(r"""(?<=["'])[\w.@+\-]{1,64}:([^"'\s:/]{4,128})(?=["'])""")
+_ENCODER_BEFORE = re.compile(r"(?i)(?:base64|b64encode|btoa|encode\w*|basic)[^\n]{0,60}$")
+
+
+def _encoded_credentials(match: re.Match[str], text: str) -> bool:
+    return _secret_shaped(match.group(1)) and _preceded_by(_ENCODER_BEFORE, match.start(), text, 80)
+
+
 PASSWORD_RULES = [
+    Rule(
+        "encoded_credentials",
+        _USER_COLON_SECRET,
+        ((1, PASSWORD),),
+        0.8,
+        _encoded_credentials,
+        keywords=("base64", "b64encode", "btoa", "encode", "basic"),
+    ),
     Rule(
         "credential_argument",
         _QUOTED,
@@ -374,7 +445,14 @@ PASSWORD_RULES = [
     Rule("netrc_password", _NETRC, ((1, PASSWORD),), 0.8, _last_value, keywords=("password",)),
 ]
 
+# `--secret-key <key>`, `--access-key=<key>` on command lines (s3cmd, minio's mc).
+_CLI_KEY = re.compile(
+    r"(?i)(?<![\w-])--(?:aws-)?(?:secret|access)[-_]?(?:access[-_]?)?key(?:[-_]id)?(?:=|[ \t]+)[\"']?"
+    r"([A-Za-z0-9+/=_\-]{16,128})[\"']?(?=[\s;|&)]|$)"
+)
+
 KEY_RULES = [
+    Rule("cli_key", _CLI_KEY, ((1, KEY),), 0.8, _random_value, keywords=("-key",)),
     Rule("account_key", _ACCOUNT_KEY, ((1, KEY),), 0.9, _random_value, anchor=("AccountKey=", "SharedAccess")),
     Rule(
         "session_cookie",
@@ -385,3 +463,53 @@ KEY_RULES = [
         keywords=("sess", "sid", "csrf", "remember"),
     ),
 ]
+
+
+# --- files that list people -------------------------------------------------------------------------------------
+
+# In an AUTHORS, THANKS, CONTRIBUTORS or MAINTAINERS file, a line that starts with a name names a person, whatever
+# follows: an aligned address (`Jane Roe        jroe@x.org`, GNU's THANKS), a spelled-out one (`jroe at x.org`), what
+# they did (`Jane Roe -- trac handler`, `Jane Roe: ports`), a role in brackets, or nothing. A `- `, a year or a
+# `M: ` (the Linux kernel's) may come first.
+_PEOPLE_LINE = re.compile(
+    rf"(?m)^[ \t]*(?:[-*+•][ \t]+|(?:19|20)\d\d(?:[-–]\d{{2,4}})?,?[ \t]+|[A-Z]:[ \t]+)?(?P<list>{_PERSON})"
+    r"(?=[ \t]*(?:\r?$|[<(\[*,;:]|--?[ \t]|[ \t]{2}|\t|[\w.+%-]+(?:@|[ \t]+at[ \t]+|[ \t]*[\[(]at[\])])))"
+)
+# A line that is a handle, alone or before what they did or their address: `rhatto -- rub handler`, `- jroe`,
+# `@jroe`, `jroe <jroe@x.org>`, `jroe      jroe@x.org` (not `scrypt      Colin Percival`: a table of what each did).
+_HANDLE_LINE = re.compile(
+    rf"(?m)^[ \t]*(?:[-*+•][ \t]+)?@?({_HANDLE})(?=[ \t]*(?:\r?$|--?[ \t]|<[^<>@\s]+@|\([^()\s]+@)|[ \t]+[\w.+%-]+@)"
+)
+# `Jane Roe @jroe`, `Jane Roe (@jroe)`, `Jane Roe [@jroe]`.
+_NAME_THEN_HANDLE = re.compile(rf"{_PERSON}[ \t]+[(\[]?@({_HANDLE})[)\]]?")
+_NOT_LISTED_HANDLES = frozenset("none and the etc others other see todo tbd n/a various unknown".split())
+
+
+_COLUMN_GAP = re.compile(r"[ \t]{2,}|\t")
+
+
+def _people_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    for line in _PEOPLE_LINE.finditer(text, start, end):
+        name_start, name_end = line.span("list")
+        column = _COLUMN_GAP.search(text, name_start, name_end)  # `Jane Roe      Jane.Roe@x.org`: two columns
+        yield name_start, column.start() if column else name_end
+
+
+def _people_handle(match: re.Match[str], text: str) -> bool:
+    return match.group(1).lower() not in _NOT_LISTED_HANDLES and _listed_handle(match, text)
+
+
+def people_recognizers() -> list[EntityRecognizer]:
+    """The recognizers added for files that list people (`is_people_file`)."""
+    return [
+        NameRecognizer(
+            [NamePlace("people_file", re.compile(r"\A(?P<list>[\s\S]+)"), (), names=_people_names, reach=1 << 40)]
+        ),
+        RegexRecognizer(
+            "PeopleFileHandle",
+            [
+                Rule("people_file_handle", _HANDLE_LINE, ((1, USERNAME),), 0.75, _people_handle),
+                Rule("people_file_handle", _NAME_THEN_HANDLE, ((1, USERNAME),), 0.8, anchor="@"),
+            ],
+        ),
+    ]

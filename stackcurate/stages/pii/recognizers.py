@@ -781,7 +781,7 @@ def _credit_handle(match: re.Match[str], _text: str) -> bool:
     return match.group(1).lower() not in _NOT_HANDLES
 
 
-_ACRONYM = re.compile(r"[A-Z]{2,}[a-z]{0,3}")  # `(ICMP)`, `(ARNs)`, `(MACsec)` after a proper noun: no handle
+_ACRONYM = re.compile(r"[A-Z]{2,}[a-z]{1,3}")  # `(ARNs)`, `(CMKs)`, `(MACsec)`: plural or mixed acronyms, no handles
 
 
 def _listed_handle(match: re.Match[str], _text: str) -> bool:
@@ -807,7 +807,11 @@ def _person_handle(match: re.Match[str], text: str) -> bool:
     if not _listed_handle(match, text):
         return False
     before = _PERSON_BEFORE.search(text, max(0, match.start() - 120), match.start())
-    return before is not None and not rules.is_organisation(before.group(0).strip())
+    if before is None or rules.is_organisation(before.group(0).strip()):
+        return False
+    # `Internet Control Message Protocol (ICMP)`: the initials of the words before it, an acronym (not CPAN's `(JROE)`)
+    word, words = match.group(1), before.group(0).split()
+    return not (word.isupper() and "".join(w[0] for w in words[-len(word) :]).upper() == word)
 
 
 HANDLE_RULES = [
