@@ -247,6 +247,7 @@ Heikki Vatanen
 
 def test_a_file_that_lists_people_names_them_whatever_follows_each(detector):
     assert is_people_file("usr/share/doc/x/AUTHORS") and is_people_file("THANKS.md") and is_people_file("MAINTAINERS")
+    assert is_people_file("usr/share/doc/x/THANKS.gz") and is_people_file("CREDITS-2.x")
     assert not is_people_file("src/authors.py") and not is_people_file("README.md")
     spans, _ = detector.find(PEOPLE_FILE, people=True)
     got = {(s.entity, PEOPLE_FILE[s.start : s.end]) for s in spans}
@@ -266,3 +267,34 @@ def test_the_stage_reads_a_people_file_by_its_path():
     spans = stage(table).kept.column("pii_spans").to_pylist()
     names = [{PEOPLE_FILE[s["start"] : s["end"]] for s in row if s["entity"] == "NAME"} for row in spans]
     assert "Heikki Vatanen" in names[0] and "Heikki Vatanen" not in names[1]
+
+
+def test_maintainers_files_in_their_three_layouts(detector):
+    text = (
+        "Sunniva Haugland <sunniva@haugland.no> (@shaugland)\n"
+        "maintainers:\n- kwataname\n- qLindqvist\n"
+        '[people]\n\n\t[people.tekblom]\n\tName = "Torvald Ekblom"\n\tEmail = "tekblom@riseup.net"\n'
+        '\tGitHub = "TEkblom"\n'
+    )
+    spans, _ = detector.find(text, people=True)
+    got = {(s.entity, text[s.start : s.end]) for s in spans}
+    handles = {"shaugland", "kwataname", "qLindqvist", "tekblom", "TEkblom"}
+    assert {("USERNAME", h) for h in handles} | {("NAME", "Torvald Ekblom"), ("NAME", "Sunniva Haugland")} <= got
+    assert not any(value in ("maintainers", "people") for _, value in got)
+
+
+def test_changelog_credits_php_news_rails_and_trailers(detector):
+    text = (
+        ". Fixed bug GH-9066 (signed integer overflow). (zeriyoshi)\n"
+        ". Fix memory leak in tidy_repair_file(). (nielsdos, kwataname)\n"
+        ". Fixed a crash (CVE-2026-6472)\n"
+        "* Add build-indep targets (empty). (again)\n"
+        "    Fix the thing.\n\n    *Torvald Ekblom*\n"
+        "Assisted-by: Sunniva Haugland\n"
+        "- fixed: bug spotted by Arvid Lindqvist: allowed\n"
+    )
+    spans, _ = detector.find(text)
+    got = {(s.entity, text[s.start : s.end]) for s in spans}
+    assert {("USERNAME", "zeriyoshi"), ("USERNAME", "nielsdos"), ("USERNAME", "kwataname")} <= got
+    assert {("NAME", "Torvald Ekblom"), ("NAME", "Sunniva Haugland"), ("NAME", "Arvid Lindqvist")} <= got
+    assert not any(value in ("CVE-2026-6472", "again", "empty") for _, value in got)

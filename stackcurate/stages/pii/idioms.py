@@ -21,7 +21,8 @@ Each list joins `code_recognizers()`; what is then spared (placeholders, example
 import re
 from collections.abc import Iterator
 
-from presidio_analyzer import EntityRecognizer
+from presidio_analyzer import EntityRecognizer, RecognizerResult
+from presidio_analyzer.nlp_engine import NlpArtifacts
 
 from stackcurate.stages.pii.entities import EMAIL, KEY, PASSWORD, USERNAME
 from stackcurate.stages.pii.recognizers import (
@@ -146,7 +147,16 @@ def _developer_node(match: re.Match[str], text: str) -> bool:
     return _preceded_by(_OPEN_APPEND_DEVELOPER, match.start(), text, 700)
 
 
+_STARRED_NAME = re.compile(rf"\*({_PERSON})\*")
+
 NAME_PLACES = [
+    # Rails' changelogs close each entry with its author: `    *Jane Roe*`, `*Jane Roe*, *Tom Li*`.
+    NamePlace(
+        "changelog_author",
+        re.compile(rf"(?m)^[ \t]*(?P<list>\*{_PERSON}\*(?:[ \t]*(?:,|and|&)[ \t]*\*{_PERSON}\*)*)[ \t]*\r?$"),
+        ("*",),
+        names=lambda text, start, end: (m.span(1) for m in _STARRED_NAME.finditer(text, start, end)),
+    ),
     NamePlace("r_person", _R_PERSON, ("person(",), names=_r_person_names, reach=2000),
     NamePlace(
         "dcf_author",
@@ -229,6 +239,51 @@ def _obfuscated_email(match: re.Match[str], _text: str) -> bool:
     domain = _SPELLED_DOT.sub(".", domain) if re.search(r"(?i)dot", domain) else domain
     extracted = _tld_extract()(domain)
     return bool(extracted.suffix and extracted.domain)
+
+
+# A changelog entry's closing credit in brackets (PHP's NEWS: `... (CVE-2022-31631). (nielsdos)`, `(ilutov, cmb)`):
+# handle-shaped words that are no English word (the words of CPython's documentation, shipped with it).
+_CLOSING_CREDIT = re.compile(r"(?m)[.)][ \t]+\(([\w@][\w@ ,\-]{1,80})\)[ \t]*\r?$")
+_CREDIT_WORD = re.compile(rf"@?({_HANDLE})")
+# `(CVE-2026-6472)`, `(GH-12)`, a commit `(5cb3865)`, a date
+_REFERENCE = re.compile(r"(?i)(?:cve|gh|bug|pr|issue|rfc|bsc|lp|ticket)-?\d|\d+$|[0-9a-f]{7,40}$|\d{4}-\d\d")
+
+
+def _credited_handles(match: re.Match[str], _text: str) -> bool:
+    return any(_handle_word(word.strip()) for word in match.group(1).split(","))
+
+
+def _handle_word(word: str) -> bool:
+    from stackcurate.stages.pii.rules import english_words
+
+    bare = word.lstrip("@")
+    return (
+        _CREDIT_WORD.fullmatch(word) is not None
+        and _REFERENCE.match(bare) is None
+        and len(bare) >= 3
+        and (bare.islower() or any(c.isdigit() for c in bare) and not bare.isupper())
+        and bare.lower() not in english_words()
+    )
+
+
+class _ClosingCredits(RegexRecognizer):
+    """Each handle of `(nielsdos, ilutov)` its own span (a Rule gives one span per group)."""
+
+    def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list:
+
+        results = []
+        for match in super().analyze(text, entities, nlp_artifacts):
+            at = match.start
+            for word in text[match.start : match.end].split(","):
+                start = at + len(word) - len(word.lstrip())
+                stripped = word.strip()
+                if _handle_word(stripped):
+                    start += stripped.startswith("@")
+                    result = RecognizerResult(USERNAME, start, at + len(word.rstrip()), match.score)
+                    result.recognition_metadata = match.recognition_metadata
+                    results.append(result)
+                at += len(word) + 1
+        return results
 
 
 HANDLE_RULES = [
@@ -465,6 +520,19 @@ KEY_RULES = [
 ]
 
 
+def recognizers() -> list[EntityRecognizer]:
+    """The recognizers of this module that join every file's (`recognizers.code_recognizers`)."""
+    return [
+        RegexRecognizer("IdiomEmailPattern", EMAIL_RULES),
+        RegexRecognizer("IdiomKeyPattern", KEY_RULES),
+        RegexRecognizer("IdiomPasswordPattern", PASSWORD_RULES),
+        _ClosingCredits(
+            "ClosingCredits",
+            [Rule("closing_credit", _CLOSING_CREDIT, ((1, USERNAME),), 0.75, _credited_handles, anchor=")")],
+        ),
+    ]
+
+
 # --- files that list people -------------------------------------------------------------------------------------
 
 # In an AUTHORS, THANKS, CONTRIBUTORS or MAINTAINERS file, a line that starts with a name names a person, whatever
@@ -482,6 +550,12 @@ _HANDLE_LINE = re.compile(
 )
 # `Jane Roe @jroe`, `Jane Roe (@jroe)`, `Jane Roe [@jroe]`.
 _NAME_THEN_HANDLE = re.compile(rf"{_PERSON}[ \t]+[(\[]?@({_HANDLE})[)\]]?")
+# Docker's TOML MAINTAINERS: `[people.jroe]` with `Name = "Jane Roe"`, `Email = ...`, `GitHub = "jroe"`.
+_TOML_PERSON = re.compile(
+    rf"(?m)^[ \t]*\[people\.({_HANDLE})\]"
+    rf"""|^[ \t]*(?i:github|gitlab|handle|username)[ \t]*=[ \t]*["']@?({_HANDLE})["']"""
+)
+_TOML_NAME = re.compile(rf"""(?m)^[ \t]*(?i:name|fullname)[ \t]*=[ \t]*["'](?P<list>{_PERSON})["'][ \t]*\r?$""")
 _NOT_LISTED_HANDLES = frozenset("none and the etc others other see todo tbd n/a various unknown".split())
 
 
@@ -503,13 +577,17 @@ def people_recognizers() -> list[EntityRecognizer]:
     """The recognizers added for files that list people (`is_people_file`)."""
     return [
         NameRecognizer(
-            [NamePlace("people_file", re.compile(r"\A(?P<list>[\s\S]+)"), (), names=_people_names, reach=1 << 40)]
+            [
+                NamePlace("people_file", re.compile(r"\A(?P<list>[\s\S]+)"), (), names=_people_names, reach=1 << 40),
+                NamePlace("people_file", _TOML_NAME, ("name",), names=_one),
+            ]
         ),
         RegexRecognizer(
             "PeopleFileHandle",
             [
                 Rule("people_file_handle", _HANDLE_LINE, ((1, USERNAME),), 0.75, _people_handle),
                 Rule("people_file_handle", _NAME_THEN_HANDLE, ((1, USERNAME),), 0.8, anchor="@"),
+                Rule("people_file_handle", _TOML_PERSON, ((1, USERNAME), (2, USERNAME)), 0.8),
             ],
         ),
     ]

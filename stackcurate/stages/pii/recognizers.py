@@ -664,7 +664,8 @@ NAME_PLACES = [
     NamePlace(
         "trailer",
         re.compile(
-            r"(?i:(?:signed-off|co-authored|reviewed|acked|tested|reported|suggested|helped|reviewed-and-tested)"
+            r"(?i:(?:signed-off|co-authored|reviewed|acked|tested|reported|suggested|helped|reviewed-and-tested|"
+            r"assisted|co-developed|originally-authored|requested|bisected|analyzed|analysed|found|inspired)"
             rf"-by[ \t]*:[ \t]*){_REST}"
         ),
         ("-by",),
@@ -688,7 +689,8 @@ NAME_PLACES = [
             r"(?<![\w-])(?:courtesy(?:[ \t]+of)?|props[ \t]+to|kudos[ \t]+to|credit[ \t]+to|fix(?:ed)?[ \t]+via)"
             r"[ \t]+|(?<![\w-])(?:(?:original[ \t]+)?patch(?:es)?|review(?:ed)?)[ \t]+by[ \t]+|"
             r"(?<![\w-])(?:reported|suggested|provided|fixed|patched|requested|submitted|proposed|sponsored|funded|"
-            rf"translated|debugged|diagnosed|investigated)[ \t]+by[ \t]+){_REST}"
+            rf"translated|debugged|diagnosed|investigated|spotted|noticed|found|identified|raised|analy[sz]ed|"
+            rf"pointed[ \t]+out)[ \t]+by[ \t]+){_REST}"
         ),
         ("thanks", "courtesy", " by ", "props", "kudos", "credit", "via"),
         names=_credited_names,
@@ -986,9 +988,7 @@ def code_recognizers() -> list[EntityRecognizer]:
         ),
         NameRecognizer(NAME_PLACES + idioms.NAME_PLACES),
         RegexRecognizer("HandlePattern", HANDLE_RULES + idioms.HANDLE_RULES),
-        RegexRecognizer("IdiomEmailPattern", idioms.EMAIL_RULES),
-        RegexRecognizer("IdiomKeyPattern", idioms.KEY_RULES),
-        RegexRecognizer("IdiomPasswordPattern", idioms.PASSWORD_RULES),
+        *idioms.recognizers(),
         RegexRecognizer(
             "PasswordPattern",
             [

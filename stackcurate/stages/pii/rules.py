@@ -109,6 +109,15 @@ def _gibberish() -> "Detector":
     return detector.Detector(trainer.train_on_content(text, string.ascii_letters), threshold=4.0)
 
 
+@functools.cache
+def english_words() -> frozenset[str]:
+    """The words of the English prose CPython ships (`pydoc_data`, ~460 KB), in lower case: a dictionary that is
+    on every machine, to tell a handle (`nielsdos`) from a word in brackets (`(empty)`, `(again)`)."""
+    from pydoc_data.topics import topics
+
+    return frozenset(word.lower() for text in topics.values() for word in re.findall(r"[A-Za-z]{2,}", text))
+
+
 def is_gibberish(value: str) -> bool:
     letters = "".join(c for c in value if c in string.ascii_letters)
     if len(letters) < 4:  # digits and symbols only: random for our purpose
@@ -309,7 +318,8 @@ def _username_rule(text: str, start: int, end: int) -> str | None:
     if _in_forge_url(text, start, end):
         return "username_forge_url"
     before, after = text[start - 1 : start], text[end : end + 2]
-    if before == "." or after[:1] == "(" or (after[:1] == "." and after[1:2].isalpha()):
+    table = text[start - 8 : start] == "[people." and after[:1] == "]"  # a TOML table named for the person
+    if not table and (before == "." or after[:1] == "(" or (after[:1] == "." and after[1:2].isalpha())):
         return "username_identifier"
     return None
 
