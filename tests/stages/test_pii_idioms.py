@@ -298,3 +298,44 @@ def test_changelog_credits_php_news_rails_and_trailers(detector):
     assert {("USERNAME", "zeriyoshi"), ("USERNAME", "nielsdos"), ("USERNAME", "kwataname")} <= got
     assert {("NAME", "Torvald Ekblom"), ("NAME", "Sunniva Haugland"), ("NAME", "Arvid Lindqvist")} <= got
     assert not any(value in ("CVE-2026-6472", "again", "empty") for _, value in got)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "// JSON Web Key Set (JWKS) endpoint.",
+        "// specified in Classless Inter-Domain Routing (CIDR) notation.",
+        "\t// the Wavelength Zone (available).",
+        "\tCopyTo func(context.Context, io.Writer) (int64, error)",
+        "\t// The name of the channel. (user-mutable)",
+        "    become_pass=('ansible_become_password', 'ansible_become_pass'),",
+        "x.setPassword(password);",
+        'props.setProperty("password", System.getenv("P"));',
+        "we look at this.",
+    ],
+)
+def test_acronyms_return_types_and_names_of_settings_are_left(detector, text):
+    assert found(detector, text + "\n") == set()
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        'ds.setPassword("{s}");',
+        'config.setJdbcPassword("{s}");',
+        'props.setProperty("mail.smtp.password", "{s}");',
+        '.withPassword("{s}")',
+        'ftp.connect("ftp.x.org", 21, "jroe", "{s}")',
+    ],
+)
+def test_passwords_given_to_setters_builders_and_keyed_calls(detector, template):
+    text = template.format(s=SECRET) + "\n"
+    assert ("PASSWORD", SECRET) in found(detector, text)
+
+
+def test_spelled_addresses_in_brackets_and_in_people_files(detector):
+    text = "Aaron Hopkins <go-sql-driver at die.net>\n"
+    assert ("EMAIL", "go-sql-driver at die.net") in found(detector, text)
+    listed = "Adam Mitchell\t\t   adam at cafe21.org\n"
+    spans, _ = detector.find(listed, people=True)
+    assert ("EMAIL", "adam at cafe21.org") in {(s.entity, listed[s.start : s.end]) for s in spans}

@@ -227,10 +227,22 @@ _OBFUSCATED_EMAIL = re.compile(
     r"|[ \t]+(?:at|AT)[ \t]+[\w-]+(?:[ \t]+(?:dot|DOT)[ \t]+[\w-]+)+)"
     r"(?![\w-])"
 )
+# `<jroe at example.org>`: in angle brackets an `at` between a mailbox and a domain is an address.
+_BRACKETED_AT = re.compile(r"<([\w.+%-]{1,64}[ \t]+(?:at|AT)[ \t]+[\w-]+(?:\.[\w-]+)+)>")
 _SPELLED_DOT = re.compile(r"[ \t]*[\[({<]?[ \t]*(?i:dot)[ \t]*[\])}>]?[ \t]*")
 
 
-def _obfuscated_email(match: re.Match[str], _text: str) -> bool:
+class _Group:
+    """A match's group 1 seen as a whole match (what `_obfuscated_email` reads)."""
+
+    def __init__(self, match: re.Match[str]) -> None:
+        self.value = match.group(1)
+
+    def group(self, _index: int = 0) -> str:
+        return self.value
+
+
+def _obfuscated_email(match: "re.Match[str] | _Group", _text: str) -> bool:
     """Its domain, dots restored, ends in a public suffix (`jroe at example dot org`, not `look at this dot`)."""
     from stackcurate.stages.pii.recognizers import _tld_extract
 
@@ -243,7 +255,7 @@ def _obfuscated_email(match: re.Match[str], _text: str) -> bool:
 
 # A changelog entry's closing credit in brackets (PHP's NEWS: `... (CVE-2022-31631). (nielsdos)`, `(ilutov, cmb)`):
 # handle-shaped words that are no English word (the words of CPython's documentation, shipped with it).
-_CLOSING_CREDIT = re.compile(r"(?m)[.)][ \t]+\(([\w@][\w@ ,\-]{1,80})\)[ \t]*\r?$")
+_CLOSING_CREDIT = re.compile(r"(?m)\.[ \t]+\(([\w@][\w@ ,\-]{1,80})\)[ \t]*\r?$")
 _CREDIT_WORD = re.compile(rf"@?({_HANDLE})")
 # `(CVE-2026-6472)`, `(GH-12)`, a commit `(5cb3865)`, a date
 _REFERENCE = re.compile(r"(?i)(?:cve|gh|bug|pr|issue|rfc|bsc|lp|ticket)-?\d|\d+$|[0-9a-f]{7,40}$|\d{4}-\d\d")
@@ -262,7 +274,7 @@ def _handle_word(word: str) -> bool:
         and _REFERENCE.match(bare) is None
         and len(bare) >= 3
         and (bare.islower() or any(c.isdigit() for c in bare) and not bare.isupper())
-        and bare.lower() not in english_words()
+        and not all(part in english_words() for part in bare.lower().split("-"))
     )
 
 
@@ -341,6 +353,14 @@ HANDLE_RULES = [
 ]
 
 EMAIL_RULES = [
+    Rule(
+        "obfuscated_email",
+        _BRACKETED_AT,
+        ((1, EMAIL),),
+        0.85,
+        lambda m, t: _obfuscated_email(_Group(m), t),
+        keywords=(" at ",),
+    ),  # fmt: skip
     # POD's `E<lt>jroe@cpan.orgE<gt>`: the generic regex would take the `E` of `E<gt>` into the domain.
     Rule(
         "pod_email",
@@ -374,9 +394,20 @@ _AUTH_CALL_BEFORE = re.compile(
 # `DBI->connect($dsn, "u", "...")`, `mysqli_connect("host", "u", "...")`, `new PDO($dsn, 'u', '...')`.
 _CONNECT_CALL_BEFORE = re.compile(
     r"(?i)(?:(?:->|\.|(?<![\w]))connect|getconnection|\w+_connect|dbconnect|new[ \t]+pdo)[ \t]*\([ \t]*"
-    + _ARGUMENT + r"[ \t]*,[ \t]*" + _ARGUMENT + r"""[ \t]*,[ \t]*[bu]?["']$"""
+    + r"(?:" + _ARGUMENT + r"[ \t]*,[ \t]*){1,3}" + r"""[bu]?["'][^"'\n]{1,64}["'][ \t]*,[ \t]*[bu]?["']$"""
 )  # fmt: skip
 _QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{4,128}(?=["'`])""")
+# ... or what a setter or builder of a password takes (`ds.setPassword("...")`, `.withPassword("...")`,
+# `.password("...")`), or the value after a password's key (`props.setProperty("mail.smtp.password", "...")`,
+# `config.put("password", "...")`, `Map.of("password", "...")`).
+_PASSWORD_SETTER_BEFORE = re.compile(
+    r"(?i)(?:\bset\w*?|\.with|\.)(?:password|passwd|passphrase|pwd)[ \t]*\([ \t]*"
+    r"(?:new[ \t]+String\([ \t]*)?[bu]?[\"']$"
+    r"""|\([ \t]*["'][\w.\-]*(?:password|passwd|passphrase|pwd)["'][ \t]*,[ \t]*[bu]?["']$"""
+)
+
+
+_IDENTIFIER = re.compile(r"[a-z]+(?:[_.][a-z]+)+")
 
 
 def _credential_argument(match: re.Match[str], text: str) -> bool:
@@ -385,8 +416,12 @@ def _credential_argument(match: re.Match[str], text: str) -> bool:
     value = match.group(0)
     if _token_literal(value) or not any(not c.isalpha() for c in value) or "://" in value or "=" in value:
         return False
-    return _preceded_by(_AUTH_CALL_BEFORE, match.start(), text, 240) or _preceded_by(
-        _CONNECT_CALL_BEFORE, match.start(), text, 320
+    if _IDENTIFIER.fullmatch(value):  # `('ansible_become_password', 'ansible_become_pass')`: names, not values
+        return False
+    return (
+        _preceded_by(_AUTH_CALL_BEFORE, match.start(), text, 240)
+        or _preceded_by(_CONNECT_CALL_BEFORE, match.start(), text, 320)
+        or _preceded_by(_PASSWORD_SETTER_BEFORE, match.start(), text, 120)
     )
 
 
@@ -467,7 +502,7 @@ PASSWORD_RULES = [
         ((0, PASSWORD),),
         0.8,
         _credential_argument,
-        keywords=("auth", "basic", "credential", "login", "logon", "sign", "bind", "connect", "pdo"),
+        keywords=("auth", "basic", "credential", "login", "logon", "sign", "bind", "connect", "pdo", "pass", "pwd"),
     ),
     Rule(
         "cli_credentials",
@@ -588,6 +623,19 @@ def people_recognizers() -> list[EntityRecognizer]:
                 Rule("people_file_handle", _HANDLE_LINE, ((1, USERNAME),), 0.75, _people_handle),
                 Rule("people_file_handle", _NAME_THEN_HANDLE, ((1, USERNAME),), 0.8, anchor="@"),
                 Rule("people_file_handle", _TOML_PERSON, ((1, USERNAME), (2, USERNAME)), 0.8),
+            ],
+        ),
+        RegexRecognizer(
+            "PeopleFileEmail",
+            [
+                Rule(
+                    "obfuscated_email",
+                    re.compile(r"(?<![\w.+%-])[\w.+%-]{1,64}[ \t]+(?:at|AT)[ \t]+[\w-]+(?:\.[\w-]+)+(?![\w-])"),
+                    ((0, EMAIL),),
+                    0.8,
+                    _obfuscated_email,
+                    keywords=(" at ",),
+                ),
             ],
         ),
     ]

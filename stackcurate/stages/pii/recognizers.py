@@ -783,6 +783,7 @@ def _credit_handle(match: re.Match[str], _text: str) -> bool:
     return match.group(1).lower() not in _NOT_HANDLES
 
 
+_LINE_OPENING = re.compile(r"[ \t#*/\-+•]*(?:(?:19|20)\d\d(?:[-–]\d{2,4})?,?[ \t]+)?")  # before a listed name
 _ACRONYM = re.compile(r"[A-Z]{2,}[a-z]{1,3}")  # `(ARNs)`, `(CMKs)`, `(MACsec)`: plural or mixed acronyms, no handles
 
 
@@ -811,9 +812,13 @@ def _person_handle(match: re.Match[str], text: str) -> bool:
     before = _PERSON_BEFORE.search(text, max(0, match.start() - 120), match.start())
     if before is None or rules.is_organisation(before.group(0).strip()):
         return False
-    # `Internet Control Message Protocol (ICMP)`: the initials of the words before it, an acronym (not CPAN's `(JROE)`)
-    word, words = match.group(1), before.group(0).split()
-    return not (word.isupper() and "".join(w[0] for w in words[-len(word) :]).upper() == word)
+    word = match.group(1)
+    if word.islower() and word in rules.english_words():  # `the Wavelength Zone (available)`
+        return False
+    # In capitals (CPAN's `Jane Roe (JROE)`) only after a name that opens its line: `Internet Control Message
+    # Protocol (ICMP)`, `JSON Web Key Set (JWKS)` in prose are acronyms.
+    opening = text[text.rfind("\n", 0, before.start()) + 1 : before.start()]
+    return not word.isupper() or _LINE_OPENING.fullmatch(opening) is not None
 
 
 HANDLE_RULES = [
