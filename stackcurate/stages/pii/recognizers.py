@@ -818,7 +818,8 @@ def _person_handle(match: re.Match[str], text: str) -> bool:
     # In capitals (CPAN's `Jane Roe (JROE)`) only after a name that opens its line: `Internet Control Message
     # Protocol (ICMP)`, `JSON Web Key Set (JWKS)` in prose are acronyms.
     opening = text[text.rfind("\n", 0, before.start()) + 1 : before.start()]
-    return not word.isupper() or _LINE_OPENING.fullmatch(opening) is not None
+    initials = "".join(w[0] for w in re.split(r"[ \t\-]+", before.group(0).strip())[-len(word) :]).upper()
+    return not word.isupper() or (_LINE_OPENING.fullmatch(opening) is not None and initials != word)
 
 
 HANDLE_RULES = [
