@@ -339,3 +339,17 @@ def test_spelled_addresses_in_brackets_and_in_people_files(detector):
     listed = "Adam Mitchell\t\t   adam at cafe21.org\n"
     spans, _ = detector.find(listed, people=True)
     assert ("EMAIL", "adam at cafe21.org") in {(s.entity, listed[s.start : s.end]) for s in spans}
+
+
+def test_person_records_pod_addresses_and_credits_from(detector):
+    text = (
+        "ext.developers = [[id: 'qlindqvist', name: 'Arvid Lindqvist', email: 'arvid@lindqvist.se']]\n"
+        "=head1 AUTHOR\n\nTorvald Ekblom, tekblom@riseup.net\nSunniva Haugland C<< <sunniva@haugland.no> >>\n"
+        ". Fixed bug GH-1 (crash). (Kenji Wataname, zeriyoshi)\n"
+        "  * Patch from Marta Quiroga.\n"
+        'option(name = "Oyelaran Bamidele")\n'  # a name key with no email beside it: not a record of a person
+    )
+    got = found(detector, text)
+    names = {"Arvid Lindqvist", "Torvald Ekblom", "Sunniva Haugland", "Kenji Wataname", "Marta Quiroga"}
+    assert {("NAME", name) for name in names} <= got
+    assert ("USERNAME", "zeriyoshi") in got and ("NAME", "Oyelaran Bamidele") not in got

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 from presidio_analyzer.nlp_engine import NlpArtifacts
 
-from stackcurate.stages.pii.entities import EMAIL, KEY, PASSWORD, USERNAME
+from stackcurate.stages.pii.entities import DETECTOR, EMAIL, KEY, NAME, PASSWORD, USERNAME
 from stackcurate.stages.pii.recognizers import (
     _HANDLE,
     _LOW,
@@ -39,6 +39,7 @@ from stackcurate.stages.pii.recognizers import (
     _name_lines,
     _preceded_by,
 )
+from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN
 
 # --- people ---------------------------------------------------------------------------------------------------
 
@@ -94,7 +95,8 @@ def _dcf_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
 # a comma first (`Jane Roe, C<jroe@cpan.org>`), or an obfuscated address (`E<lt>jroe[at]cpan.orgE<gt>`).
 _MAILBOX = r"[\w.+%-]+(?:@|[ \t]*[\[({<](?i:at)[\])}>][ \t]*)[\w-]+(?:\.[\w-]+)+"
 _WRAPPED_EMAIL = re.compile(
-    rf"(?P<list>{_PERSON}),?[ \t]*\(?[ \t]*(?:[CFLI]<(?:mailto:)?|E<lt>|\[|&lt;|mailto:){_MAILBOX}"
+    rf"(?P<list>{_PERSON})"
+    rf"(?:,?[ \t]*\(?[ \t]*(?:[CFLI]<+[ \t]*<?(?:mailto:)?|E<lt>|\[|&lt;|mailto:)|,[ \t]*){_MAILBOX}"
 )
 # POD, Markdown and man pages: a heading that is only `AUTHOR`, `Maintainer`, `CURRENT MAINTAINER`, `Author(s)`,
 # with the names on the lines after it (`recognizers.name_list` reads plural headings inside longer lines).
@@ -147,6 +149,26 @@ def _developer_node(match: re.Match[str], text: str) -> bool:
     return _preceded_by(_OPEN_APPEND_DEVELOPER, match.start(), text, 700)
 
 
+# A record of a person in any literal: `[id: 'jroe', name: 'Jane Roe', email: '...']` (Groovy), `{"name": "Jane
+# Roe", "email": ...}`, `name => 'Jane Roe', email => ...` (Perl), `(name = "Jane Roe", email = ...)`.
+_NAMED_PERSON = re.compile(rf"""(?i:\bname)["']?[ \t]*(?:=>|[:=])[ \t]*["'](?P<list>{_PERSON})["']""")
+_RECORD_EMAIL = re.compile(r"""(?i)\b(?:e-?mail|mail)["']?[ \t]*(?:=>|[:=])""")
+
+
+_ADDRESS = re.compile(r"[\w.+%-]+@([\w-]+(?:\.[\w-]+)+)")
+
+
+def _in_person_record(match: re.Match[str], text: str) -> bool:
+    """An email key in the same literal: between the brackets around the name, on its line or the next two."""
+    lo = max(text.rfind(c, 0, match.start()) for c in "[{(")
+    his = [i for i in (text.find(c, match.end()) for c in "]})") if i >= 0]
+    hi = min(his) if his else len(text)
+    if lo < 0 or hi - lo > 600 or _RECORD_EMAIL.search(text, lo, hi) is None:
+        return False
+    # a made-up customer of an example's fixtures has a made-up address (`email="mreed@example.com"`)
+    return not any(_EXAMPLE_DOMAIN.search(address.group(1)) for address in _ADDRESS.finditer(text, lo, hi))
+
+
 _STARRED_NAME = re.compile(rf"\*({_PERSON})\*")
 
 NAME_PLACES = [
@@ -157,6 +179,7 @@ NAME_PLACES = [
         ("*",),
         names=lambda text, start, end: (m.span(1) for m in _STARRED_NAME.finditer(text, start, end)),
     ),
+    NamePlace("person_record", _NAMED_PERSON, ("name",), names=_one, check=_in_person_record),
     NamePlace("r_person", _R_PERSON, ("person(",), names=_r_person_names, reach=2000),
     NamePlace(
         "dcf_author",
@@ -262,7 +285,10 @@ _REFERENCE = re.compile(r"(?i)(?:cve|gh|bug|pr|issue|rfc|bsc|lp|ticket)-?\d|\d+$
 
 
 def _credited_handles(match: re.Match[str], _text: str) -> bool:
-    return any(_handle_word(word.strip()) for word in match.group(1).split(","))
+    return any(_handle_word(w.strip()) or _PERSON_LINE.fullmatch(w.strip()) for w in match.group(1).split(","))
+
+
+_PERSON_LINE = re.compile(_PERSON)
 
 
 def _handle_word(word: str) -> bool:
@@ -279,7 +305,8 @@ def _handle_word(word: str) -> bool:
 
 
 class _ClosingCredits(RegexRecognizer):
-    """Each handle of `(nielsdos, ilutov)` its own span (a Rule gives one span per group)."""
+    """Each handle of `(nielsdos, ilutov)` and each name of `(Jane Roe, jroe)` its own span (a Rule gives one
+    span per group)."""
 
     def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list:
 
@@ -289,7 +316,11 @@ class _ClosingCredits(RegexRecognizer):
             for word in text[match.start : match.end].split(","):
                 start = at + len(word) - len(word.lstrip())
                 stripped = word.strip()
-                if _handle_word(stripped):
+                if _PERSON_LINE.fullmatch(stripped):
+                    result = RecognizerResult(NAME, start, at + len(word.rstrip()), match.score)
+                    result.recognition_metadata = {**match.recognition_metadata, DETECTOR: "pattern:closing_credit"}
+                    results.append(result)
+                elif _handle_word(stripped):
                     start += stripped.startswith("@")
                     result = RecognizerResult(USERNAME, start, at + len(word.rstrip()), match.score)
                     result.recognition_metadata = match.recognition_metadata

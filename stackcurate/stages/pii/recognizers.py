@@ -686,13 +686,14 @@ NAME_PLACES = [
         "credit",
         re.compile(
             r"(?i:(?<![\w-])(?:(?:many|special|big|huge)[ \t]+)?thanks(?:[ \t]+(?:go(?:es)?[ \t]+)?to|,)[ \t]+|"
-            r"(?<![\w-])(?:courtesy(?:[ \t]+of)?|props[ \t]+to|kudos[ \t]+to|credit[ \t]+to|fix(?:ed)?[ \t]+via)"
+            r"(?<![\w-])(?:courtesy(?:[ \t]+of)?|props[ \t]+to|kudos[ \t]+to|credit[ \t]+to|fix(?:ed)?[ \t]+via|"
+            r"(?:patch(?:es)?|fix(?:es)?|contributions?|reports?|ideas?|help)[ \t]+from)"
             r"[ \t]+|(?<![\w-])(?:(?:original[ \t]+)?patch(?:es)?|review(?:ed)?)[ \t]+by[ \t]+|"
             r"(?<![\w-])(?:reported|suggested|provided|fixed|patched|requested|submitted|proposed|sponsored|funded|"
             rf"translated|debugged|diagnosed|investigated|spotted|noticed|found|identified|raised|analy[sz]ed|"
             rf"pointed[ \t]+out)[ \t]+by[ \t]+){_REST}"
         ),
-        ("thanks", "courtesy", " by ", "props", "kudos", "credit", "via"),
+        ("thanks", "courtesy", " by ", "props", "kudos", "credit", "via", " from "),
         names=_credited_names,
     ),
     # Changelogs: `Jane Roe for the report`, `to Tom Li for the patch`.
