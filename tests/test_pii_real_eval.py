@@ -78,3 +78,34 @@ def test_the_default_stage_meets_starpii_on_real_files(default_stage_scores):
         assert scores["recall"] >= recall and scores["precision"] >= precision, (entity, scores)
     assert default_stage_scores[real_eval.COPYRIGHT]["recall"] >= 0.9
     assert default_stage_scores["EMAIL_NOREPLY"]["found"] == 0
+    assert default_stage_scores[real_eval.DECOYS]["recall"] <= 0.02  # decoys redacted
+
+
+# The second set (`pii_model/real_files2/`, issue 35): other ecosystems, labelled by annotators who never saw the
+# rules or the model. It does not meet StarPII yet; these floors are what the stage reached when it was last
+# measured (`pii_model/MODEL_CARD.md`), so that a change can only keep or raise them.
+SECOND_SET_FLOORS = {"EMAIL": 0.96, "IP_ADDRESS": 1.0, "KEY": 0.75, "PASSWORD": 0.61, "NAME": 0.79, "USERNAME": 0.51}
+
+
+def test_the_second_set_is_whole_and_reports_per_family():
+    rows = real_eval.load(real_eval.ROOT / "real_files2", "part_*.jsonl")
+    assert len(rows) >= 240 and len({r["id"] for r in rows}) == len(rows)
+    assert all(label.get("family") for row in rows for label in row["labels"])
+    text = "Jane Roe <jroe@x.org>\n"
+    row = {"id": "t", "origin": {"path": "AUTHORS"}, "text": text, "families": ["authors_file", "forge_url"],
+           "labels": [{"entity": "NAME", "start": 0, "end": 8, "family": "authors_file"},
+                      {"entity": "EMAIL", "start": 10, "end": 20, "family": "authors_file"}]}  # fmt: skip
+    table = real_eval.families(
+        [row], [[{"entity": "NAME", "start": 0, "end": 8}, {"entity": "KEY", "start": 15, "end": 18}]]
+    )
+    assert table["authors_file"]["NAME"] == {"labels": 1, "found": 1, "recall": 1.0}
+    assert table["authors_file"]["EMAIL"]["found"] == 0
+    assert table["forge_url"]["false_positives"] == 1 and table["authors_file"]["false_positives"] == 1
+
+
+def test_the_default_stage_keeps_its_recall_on_the_second_set():
+    rows = real_eval.load(real_eval.ROOT / "real_files2", "part_*.jsonl")
+    scores = real_eval.score(rows, real_eval.detect(rows, {}))
+    for entity, floor in SECOND_SET_FLOORS.items():
+        assert scores[entity]["recall"] >= floor, (entity, scores[entity])
+    assert scores[real_eval.DECOYS]["recall"] <= 0.02
