@@ -179,7 +179,7 @@ NAME_PLACES = [
         ("*",),
         names=lambda text, start, end: (m.span(1) for m in _STARRED_NAME.finditer(text, start, end)),
     ),
-    NamePlace("person_record", _NAMED_PERSON, ("name",), names=_one, check=_in_person_record),
+    NamePlace("person_record", _NAMED_PERSON, ("name",), names=_one, check=_in_person_record, anchor="mail"),
     NamePlace("r_person", _R_PERSON, ("person(",), names=_r_person_names, reach=2000),
     NamePlace(
         "dcf_author",
@@ -204,6 +204,7 @@ NAME_PLACES = [
         ("appendnode",),
         names=_one,
         check=lambda match, text: match.group("field") == "name" and _developer_node(match, text),
+        anchor="developer",
     ),
     NamePlace(
         "gradle_developer",
@@ -217,6 +218,7 @@ NAME_PLACES = [
         re.compile(rf"""\bname{_GRADLE_FIELD}(?P<list>[^"'\n]{{1,200}})["']"""),
         ("name",),
         check=_in_gradle_developer,
+        anchor="developer",
     ),
 ]
 
@@ -346,6 +348,7 @@ HANDLE_RULES = [
         ((1, USERNAME),),
         0.8,
         _in_gradle_developer,
+        anchor="developer",
         keywords=("id ", "id=", "id.set"),
     ),
     Rule(
@@ -354,6 +357,7 @@ HANDLE_RULES = [
         (("list", USERNAME),),
         0.8,
         lambda match, text: match.group("field") == "id" and _developer_node(match, text),
+        anchor="appendNode",
         keywords=("appendnode",),
     ),
     Rule(
@@ -444,7 +448,9 @@ _IDENTIFIER = re.compile(r"[a-z]+(?:[_.][a-z]+)+")
 def _credential_argument(match: re.Match[str], text: str) -> bool:
     from stackcurate.stages.pii.recognizers import _token_literal
 
-    value = match.group(0)
+    value, before = match.group(0), text[max(0, match.start() - 12) : match.start() - 1].rstrip(" \t\rbu")
+    if not before.endswith(("(", ",")):  # an argument: right after `(` or `,`
+        return False
     if _token_literal(value) or not any(not c.isalpha() for c in value) or "://" in value or "=" in value:
         return False
     if _IDENTIFIER.fullmatch(value):  # `('ansible_become_password', 'ansible_become_pass')`: names, not values
@@ -549,7 +555,7 @@ PASSWORD_RULES = [
             "mariadb",
             "sshpass",
             "redis-cli",
-            "password",
+            "-password",
             "pgpassword",
             "mysql_pwd",
             "rediscli_auth",
@@ -581,7 +587,7 @@ KEY_RULES = [
         ((1, KEY),),
         0.75,
         _random_value,
-        keywords=("sess", "sid", "csrf", "remember"),
+        keywords=("session", "sessid", "sid=", "csrftoken", "remember_token"),
     ),
 ]
 
