@@ -326,6 +326,9 @@ def test_acronyms_return_types_and_names_of_settings_are_left(detector, text):
         'props.setProperty("mail.smtp.password", "{s}");',
         '.withPassword("{s}")',
         'ftp.connect("ftp.x.org", 21, "jroe", "{s}")',
+        'String enc = Base64.getEncoder().encodeToString(("admin" + ":" + "{s}").getBytes());',
+        'users.put("admin", new Password("{s}"));',
+        'store.addUser("admin", Credential.getCredential("{s}"), roles);',
     ],
 )
 def test_passwords_given_to_setters_builders_and_keyed_calls(detector, template):

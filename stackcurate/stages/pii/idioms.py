@@ -439,6 +439,7 @@ _PASSWORD_SETTER_BEFORE = re.compile(
     r"(?i)(?:\bset\w*?|\.with|\.)(?:password|passwd|passphrase|pwd)[ \t]*\([ \t]*"
     r"(?:new[ \t]+String\([ \t]*)?[bu]?[\"']$"
     r"""|\([ \t]*["'][\w.\-]*(?:password|passwd|passphrase|pwd)["'][ \t]*,[ \t]*[bu]?["']$"""
+    r"""|\bnew[ \t]+Password\([ \t]*["']$|\bCredential\.getCredential\([ \t]*["']$"""  # Jetty's
 )
 
 
@@ -518,6 +519,8 @@ def _random_value(match: re.Match[str], _text: str) -> bool:
 # `base64.b64encode(b"jroe:...")`, `btoa("jroe:...")`).
 _USER_COLON_SECRET = re.compile(r"""(?<=["'])[\w.@+\-]{1,64}:([^"'\s:/]{4,128})(?=["'])""")
 _ENCODER_BEFORE = re.compile(r"(?i)(?:base64|b64encode|btoa|encode\w*|basic)[^\n]{0,60}$")
+# ... or joined there: `("jroe" + ":" + "...")`, `"jroe:" + "..."`.
+_JOINED_SECRET = re.compile(r"""["'][^"'\n]{0,64}:["'][ \t]*\+[ \t]*["']([^"'\s]{4,128})["']""")
 
 
 def _encoded_credentials(match: re.Match[str], text: str) -> bool:
@@ -525,6 +528,14 @@ def _encoded_credentials(match: re.Match[str], text: str) -> bool:
 
 
 PASSWORD_RULES = [
+    Rule(
+        "encoded_credentials",
+        _JOINED_SECRET,
+        ((1, PASSWORD),),
+        0.8,
+        lambda match, text: _secret_shaped(match.group(1)) and _preceded_by(_ENCODER_BEFORE, match.start(), text, 80),
+        keywords=("base64", "b64encode", "btoa", "encode", "basic"),
+    ),
     Rule(
         "encoded_credentials",
         _USER_COLON_SECRET,
