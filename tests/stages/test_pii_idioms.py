@@ -356,3 +356,22 @@ def test_person_records_pod_addresses_and_credits_from(detector):
     names = {"Arvid Lindqvist", "Torvald Ekblom", "Sunniva Haugland", "Kenji Wataname", "Marta Quiroga"}
     assert {("NAME", name) for name in names} <= got
     assert ("USERNAME", "zeriyoshi") in got and ("NAME", "Oyelaran Bamidele") not in got
+
+
+def test_pod_author_lists_cpan_ids_and_changelog_closing_names(detector):
+    text = (
+        "=head1 AUTHORS\n\n=over 4\n\n=item Torvald Ekblom <tekblom at riseup dot net>\n\n"
+        "=item * Sunniva Haugland L<https://metacpan.org/author/SHAUGLAND>\n\n=back\n\n"
+        "  - fix the parser (Arvid Lindqvist)\n"
+        "  - fix the lexer (RT #1234, Kenji Wataname)\n"
+        "  - fix the engine (Thanks Marta Quiroga)\n"
+        "  - thanks to kwataname for the report\n"
+        "  + add usage message (Debian #371855).\n"
+        "  - thanks guys! Patches from upstream PR#20603, fixed by libgcrypt 1.9.4, enabled by default\n"
+    )
+    got = found(detector, text)
+    names = {"Torvald Ekblom", "Sunniva Haugland", "Arvid Lindqvist", "Kenji Wataname", "Marta Quiroga"}
+    assert {("NAME", name) for name in names} <= got
+    assert {("EMAIL", "tekblom at riseup dot net"), ("USERNAME", "SHAUGLAND"), ("USERNAME", "kwataname")} <= got
+    handles = {value for entity, value in got if entity == "USERNAME"}
+    assert not handles & {"Debian", "guys", "upstream", "libgcrypt", "default"}

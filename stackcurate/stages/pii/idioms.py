@@ -93,10 +93,13 @@ def _dcf_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
 
 # A name right before an address in any wrapper: POD's `C<...>`, `F<...>`, `E<lt>...E<gt>`, `L<mailto:...>`,
 # a comma first (`Jane Roe, C<jroe@cpan.org>`), or an obfuscated address (`E<lt>jroe[at]cpan.orgE<gt>`).
-_MAILBOX = r"[\w.+%-]+(?:@|[ \t]*[\[({<](?i:at)[\])}>][ \t]*)[\w-]+(?:\.[\w-]+)+"
+_MAILBOX = (
+    r"[\w.+%-]+(?:@|[ \t]*[\[({<](?i:at)[\])}>][ \t]*|[ \t]+(?i:at)[ \t]+)[\w-]+"
+    r"(?:(?:\.|[ \t]+(?i:dot)[ \t]+)[\w-]+)+"
+)
 _WRAPPED_EMAIL = re.compile(
     rf"(?P<list>{_PERSON})"
-    rf"(?:,?[ \t]*\(?[ \t]*(?:[CFLI]<+[ \t]*<?(?:mailto:)?|E<lt>|\[|&lt;|mailto:)|,[ \t]*){_MAILBOX}"
+    rf"(?:,?[ \t]*\(?[ \t]*(?:[CFLI]<+[ \t]*<?(?:mailto:)?|E<lt>|<|\[|&lt;|mailto:)|,[ \t]*){_MAILBOX}"
 )
 # POD, Markdown and man pages: a heading that is only `AUTHOR`, `Maintainer`, `CURRENT MAINTAINER`, `Author(s)`,
 # with the names on the lines after it (`recognizers.name_list` reads plural headings inside longer lines).
@@ -169,6 +172,21 @@ def _in_person_record(match: re.Match[str], text: str) -> bool:
     return not any(_EXAMPLE_DOMAIN.search(address.group(1)) for address in _ADDRESS.finditer(text, lo, hi))
 
 
+_CLOSING_NAMES = re.compile(
+    rf"(?m)\((?:[^()\n]{{0,40}},[ \t]*)?(?P<list>{_PERSON}(?:[ \t]*(?:,|and|&)[ \t]*{_PERSON})*)\)[ \t.]*\r?$"
+)
+_CREDIT_OPENING = re.compile(r"(?:(?:Thanks|Thank[ \t]+you|Patch(?:es)?[ \t]+by|Reported[ \t]+by|By|From|Via)[ \t]+)+")
+
+
+def _closing_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+    """The names of `(Jane Roe, Tom Li)`, without a credit's opening words (`(Thanks Jane Roe)`)."""
+    for name in _PERSON_LINE.finditer(text, start, end):
+        opening = _CREDIT_OPENING.match(text, name.start(), name.end())
+        begin = opening.end() if opening else name.start()
+        if _PERSON_LINE.fullmatch(text, begin, name.end()):
+            yield begin, name.end()
+
+
 _STARRED_NAME = re.compile(rf"\*({_PERSON})\*")
 
 NAME_PLACES = [
@@ -179,6 +197,12 @@ NAME_PLACES = [
         ("*",),
         names=lambda text, start, end: (m.span(1) for m in _STARRED_NAME.finditer(text, start, end)),
     ),
+    NamePlace(
+        "closing_credit",
+        _CLOSING_NAMES,
+        (")",),
+        names=_closing_names,
+    ),
     NamePlace("person_record", _NAMED_PERSON, ("name",), names=_one, check=_in_person_record, anchor="mail"),
     NamePlace("r_person", _R_PERSON, ("person(",), names=_r_person_names, reach=2000),
     NamePlace(
@@ -188,7 +212,7 @@ NAME_PLACES = [
         names=_dcf_names,
         reach=20000,
     ),
-    NamePlace("wrapped_email", _WRAPPED_EMAIL, ("@", "[at]", "(at)", "<at>", "{at}"), names=_one),
+    NamePlace("wrapped_email", _WRAPPED_EMAIL, ("@", "[at]", "(at)", "<at>", "{at}", " at "), names=_one),
     NamePlace("author_heading", _AUTHOR_HEADING, ("author", "maintainer"), names=_name_lines),
     NamePlace("mailto_link", _MAILTO_LINK, ("mailto:",), names=_one),
     NamePlace("changelog_section", _CHANGELOG_SECTION, ("[ ",), names=_one),
@@ -293,10 +317,20 @@ def _credited_handles(match: re.Match[str], _text: str) -> bool:
 _PERSON_LINE = re.compile(_PERSON)
 
 
+# Who changelogs thank that is nobody's handle: groups, projects, distributions, tools and bots.
+_NOT_CREDITED = frozenset(
+    "upstream guys everyone everybody all folks team people maintainers contributors users debian ubuntu github "
+    "gitlab fedora redhat coverity covscan valgrind asan ubsan msan oss-fuzz ossfuzz clang gcc lintian dependabot "
+    "renovate bot travis appveyor jenkins".split()
+)  # fmt: skip
+
+
 def _handle_word(word: str) -> bool:
     from stackcurate.stages.pii.rules import english_words
 
     bare = word.lstrip("@")
+    if bare.lower() in _NOT_CREDITED or bare.lower().startswith("lib"):
+        return False
     return (
         _CREDIT_WORD.fullmatch(word) is not None
         and _REFERENCE.match(bare) is None
@@ -367,6 +401,27 @@ HANDLE_RULES = [
         0.8,
         lambda match, _text: match.group("field").upper() == "ID",
         keywords=("pom_developer", "pom_author"),
+    ),
+    # CPAN's author pages: `L<https://metacpan.org/author/JROE>`, `http://search.cpan.org/~jroe/`.
+    Rule(
+        "cpan_author",
+        re.compile(r"(?:metacpan\.org/(?:pod/)?author/|search\.cpan\.org/~)([A-Za-z][A-Za-z0-9-]{1,38})\b"),
+        ((1, USERNAME),),
+        0.85,
+        keywords=("metacpan.org/", "search.cpan.org/~"),
+    ),
+    # A changelog's credit to a handle: `thanks to jroe`, `patch from jroe`, `reported by jroe` (no English word).
+    Rule(
+        "credit_handle",
+        re.compile(
+            r"(?i:\bthanks(?:[ \t]+to)?,?|\b(?:patch(?:es)?|fix(?:es)?|report)[ \t]+from|\b(?:reported|suggested|"
+            rf"requested|patched|fixed|contributed|noticed|spotted)[ \t]+by)[ \t]+@?({_HANDLE})\b"
+            r"(?![@.]\w|[ \t]+[A-Z][a-z])"
+        ),
+        ((1, USERNAME),),
+        0.75,
+        lambda match, _text: _handle_word(match.group(1)),
+        keywords=("thanks", " from ", " by "),
     ),
     # GitHub's merge commits, quoted in changelogs: `Merge pull request #12 from jroe/fix-parser`.
     Rule(
@@ -623,7 +678,8 @@ def recognizers() -> list[EntityRecognizer]:
 # they did (`Jane Roe -- trac handler`, `Jane Roe: ports`), a role in brackets, or nothing. A `- `, a year or a
 # `M: ` (the Linux kernel's) may come first.
 _PEOPLE_LINE = re.compile(
-    rf"(?m)^[ \t]*(?:[-*+•][ \t]+|(?:19|20)\d\d(?:[-–]\d{{2,4}})?,?[ \t]+|[A-Z]:[ \t]+)?(?P<list>{_PERSON})"
+    rf"(?m)^[ \t]*(?:[-*+•][ \t]+|=item[ \t]+(?:\*[ \t]+)?|(?:19|20)\d\d(?:[-–]\d{{2,4}})?,?[ \t]+|[A-Z]:[ \t]+)?"
+    rf"(?P<list>{_PERSON})"
     r"(?=[ \t]*(?:\r?$|[<(\[*,;:]|--?[ \t]|[ \t]{2}|\t|[\w.+%-]+(?:@|[ \t]+at[ \t]+|[ \t]*[\[(]at[\])])))"
 )
 # A line that is a handle, alone or before what they did or their address: `rhatto -- rub handler`, `- jroe`,

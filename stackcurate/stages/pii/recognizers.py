@@ -563,12 +563,16 @@ def _quoted_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
 # reStructuredText's `` `@jroe <https://...>`_ ``).
 _NAME_TAIL = (
     r"(?:<[^<>\n]*>|\([^()\n]*\)|https?://\S+|,?[ \t]*\d{4}[-/]\d\d[-/]\d\d|,?[ \t]*\[@[\w-]+\]\([^()\s]*\),?"
-    r"|`@[\w-]+[ \t]*<[^<>\s]*>`_?)"
+    r"|`@[\w-]+[ \t]*<[^<>\s]*>`_?|[A-Z]<[^<>\n]*>)"  # and POD's `L<...>`, `C<...>`
 )
-_NAME_LINE = re.compile(rf"[ \t]*(?:[-*+•][ \t]+)?({_PERSON})[ \t]*(?:{_NAME_TAIL}[ \t]*){{0,2}}\r?(?:\n|$)")
+_NAME_LINE = re.compile(
+    rf"[ \t]*(?:[-*+•][ \t]+|=item[ \t]+(?:\*[ \t]+)?)?({_PERSON})[ \t]*(?:{_NAME_TAIL}[ \t]*){{0,2}}\r?(?:\n|$)"
+)
 # Lines a list goes on past: blank, `#` comments, rules (`=====`), and short lines of no code (`Google Inc.`,
 # `- jroe`, the rest of the heading's paragraph).
-_LIST_LINE = re.compile(r"[ \t]*(?:#[^\n]*|[=\-~*^]+|[^\n={};]{1,100})?[ \t]*\r?(?:\n|$)")
+_LIST_LINE = re.compile(
+    r"[ \t]*(?:#[^\n]*|[=\-~*^]+|=(?:over|back|item)\b[^\n]*|[^\n={};]{1,100})?[ \t]*\r?(?:\n|$)"
+)  # POD's `=over 4`, `=item *`, `=back` between the names
 _UNDERLINE = re.compile(r"[ \t]*[=\-~^*]{3,}[ \t]*\r?(?:\n|$)")
 
 
@@ -778,7 +782,8 @@ _DOC_TAGS = (
 _NOT_HANDLES = frozenset(
     "see fix fixes fixed close closes closed resolve resolves resolved issue issues pr prs pull bug bugs ref refs "
     "ticket tickets gh also and via in from per cf part re was related reverts revert backport port follow up "
-    "thanks by".split()
+    "thanks by debian ubuntu github gitlab redhat fedora upstream launchpad lp rt cpan sourceforge savannah bugzilla "
+    "gnome kde freedesktop".split()
 )  # fmt: skip
 
 
