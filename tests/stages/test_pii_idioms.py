@@ -19,8 +19,9 @@ def detector() -> Detector:
     return Detector(PiiConfig(model="none"))
 
 
-def found(detector: Detector, text: str) -> set[tuple[str, str]]:
-    spans, _ = detector.find(text)
+def found(detector: Detector, text: str, people: bool = False) -> set[tuple[str, str]]:
+    """(entity, text) of every span found, recorded-only handles included; `people`: as in an AUTHORS file."""
+    spans, _ = detector.find(text, people=people)
     return {(s.entity, text[s.start : s.end]) for s in spans}
 
 
@@ -105,10 +106,8 @@ def test_people_in_other_ecosystems_manifests_and_docs(detector, text, expected)
         (r"C:\Users\tekblom\Documents\db.accdb", "tekblom"),
     ],
 )
-def test_handles_where_manifests_and_paths_name_them(text, handle):
-    detector = Detector(PiiConfig(model="none"))
-    spans = detector.find_batch([text], [False])[0][0]
-    assert ("USERNAME", handle) in {(s.entity, text[s.start : s.end]) for s in spans}
+def test_handles_where_manifests_and_paths_name_them(detector, text, handle):
+    assert ("USERNAME", handle) in found(detector, text)
 
 
 SECRET = "Hq7#pLm2x"
@@ -186,10 +185,8 @@ def test_look_alikes_from_real_packages_are_left(detector, text):
         ("ENV HOME=/home/runner/work", "runner"),
     ],
 )
-def test_acronyms_and_shared_accounts_are_no_handles(text, handle):
-    detector = Detector(PiiConfig(model="none"))
-    spans = detector.find_batch([text + "\n"], [False])[0][0]
-    assert handle not in {text[s.start : s.end] for s in spans if s.entity == "USERNAME"}
+def test_acronyms_and_shared_accounts_are_no_handles(detector, text, handle):
+    assert ("USERNAME", handle) not in found(detector, text + "\n")
 
 
 @pytest.mark.parametrize(
@@ -220,10 +217,8 @@ def test_acronyms_and_shared_accounts_are_no_handles(text, handle):
         pytest.param("Sunniva Haugland (SHAUGLAND)\n", {("USERNAME", "SHAUGLAND")}, id="cpan-id"),
     ],
 )
-def test_gradle_publishing_encoded_credentials_and_cli_keys(text, expected):
-    detector = Detector(PiiConfig(model="none"))
-    spans = detector.find_batch([text], [False])[0][0]
-    assert expected <= {(s.entity, text[s.start : s.end]) for s in spans}
+def test_gradle_publishing_encoded_credentials_and_cli_keys(detector, text, expected):
+    assert expected <= found(detector, text)
 
 
 PEOPLE_FILE = """\
@@ -249,8 +244,7 @@ def test_a_file_that_lists_people_names_them_whatever_follows_each(detector):
     assert is_people_file("usr/share/doc/x/AUTHORS") and is_people_file("THANKS.md") and is_people_file("MAINTAINERS")
     assert is_people_file("usr/share/doc/x/THANKS.gz") and is_people_file("CREDITS-2.x")
     assert not is_people_file("src/authors.py") and not is_people_file("README.md")
-    spans, _ = detector.find(PEOPLE_FILE, people=True)
-    got = {(s.entity, PEOPLE_FILE[s.start : s.end]) for s in spans}
+    got = found(detector, PEOPLE_FILE, people=True)
     names = ["Torvald Ekblom", "Sunniva Haugland", "Arvid Lindqvist", "Oyelaran Bamidele", "Marta Quiroga",
              "Kenji Wataname", "Heikki Vatanen"]  # fmt: skip
     assert {("NAME", name) for name in names} <= got
@@ -276,8 +270,7 @@ def test_maintainers_files_in_their_three_layouts(detector):
         '[people]\n\n\t[people.tekblom]\n\tName = "Torvald Ekblom"\n\tEmail = "tekblom@riseup.net"\n'
         '\tGitHub = "TEkblom"\n'
     )
-    spans, _ = detector.find(text, people=True)
-    got = {(s.entity, text[s.start : s.end]) for s in spans}
+    got = found(detector, text, people=True)
     handles = {"shaugland", "kwataname", "qLindqvist", "tekblom", "TEkblom"}
     assert {("USERNAME", h) for h in handles} | {("NAME", "Torvald Ekblom"), ("NAME", "Sunniva Haugland")} <= got
     assert not any(value in ("maintainers", "people") for _, value in got)
@@ -340,8 +333,7 @@ def test_spelled_addresses_in_brackets_and_in_people_files(detector):
     text = "Aaron Hopkins <go-sql-driver at die.net>\n"
     assert ("EMAIL", "go-sql-driver at die.net") in found(detector, text)
     listed = "Adam Mitchell\t\t   adam at cafe21.org\n"
-    spans, _ = detector.find(listed, people=True)
-    assert ("EMAIL", "adam at cafe21.org") in {(s.entity, listed[s.start : s.end]) for s in spans}
+    assert ("EMAIL", "adam at cafe21.org") in found(detector, listed, people=True)
 
 
 def test_person_records_pod_addresses_and_credits_from(detector):

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 from presidio_analyzer.nlp_engine import NlpArtifacts
 
-from stackcurate.stages.pii.entities import DETECTOR, EMAIL, KEY, NAME, PASSWORD, USERNAME
+from stackcurate.stages.pii.entities import EMAIL, KEY, NAME, PASSWORD, USERNAME
 from stackcurate.stages.pii.recognizers import (
     _HANDLE,
     _LOW,
@@ -34,12 +34,15 @@ from stackcurate.stages.pii.recognizers import (
     NameRecognizer,
     RegexRecognizer,
     Rule,
+    _in_developer,
     _listed_handle,
     _looks_random,
     _name_lines,
     _preceded_by,
+    _tld_extract,
+    _token_literal,
 )
-from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN
+from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, english_words
 
 # --- people ---------------------------------------------------------------------------------------------------
 
@@ -51,6 +54,8 @@ _R_ARGUMENT = re.compile(
     rf"""(?:^|,)[ \t\r\n]*(?:(?P<key>given|family|first|last|middle)[ \t]*=[ \t]*)?(?:c\([ \t]*)?"""
     rf"""(?P<value>["'](?P<name>{_R_WORDS})["'](?:[ \t]*,[ \t]*["'](?P<more>{_R_WORDS})["'])?)"""
 )
+
+_TEMPLATE_PERSON = re.compile(r"""["'](?:First|Last|Given|Family|Your|Jane|John)["'][ \t\r\n]*[,)]""")
 
 
 def _r_person_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
@@ -77,8 +82,6 @@ def _r_person_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]
         if value is not None:
             yield inside + at + argument.end() + value.start(1), inside + at + argument.end() + value.end(1)
 
-
-_TEMPLATE_PERSON = re.compile(r"""["'](?:First|Last|Given|Family|Your|Jane|John)["'][ \t\r\n]*[,)]""")
 
 # DESCRIPTION's `Author:` field: items over continuation lines, each `Name [roles] (<ORCID>)`, split by commas.
 _DCF_ITEM = re.compile(rf"(?:,|\band\b)?[ \t\r\n]*({_PERSON})[ \t]*(?:\[[^\]]*\]|\([^()]*\)|<[^<>]*>|[ \t\r\n])*")
@@ -112,18 +115,9 @@ _AUTHOR_HEADING = re.compile(
 _MAILTO_LINK = re.compile(rf"""mailto:[^"'<>\s]+["']?[^<>\n]*>[ \t]*(?P<list>{_PERSON})[ \t]*</a>""")
 # A Debian changelog's per-person section: `  [ Jane Roe ]`.
 _CHANGELOG_SECTION = re.compile(rf"(?m)^[ \t]+\[[ \t]*(?P<list>{_PERSON})[ \t]*\][ \t]*\r?$")
-# Blocks of one person in build manifests: Maven's and PEAR's `<developer>`, `<contributor>`, `<lead>`,
-# `<helper>`, `<maintainer>`, `<author>`; Gradle's `developer {`.
-_OPEN_PERSON_XML = re.compile(
-    r"(?s)<(developer|contributor|lead|helper|maintainer|author|person)>"
-    r"(?:(?!</(?:developer|contributor|lead|helper|maintainer|author|person)>).)*$"
-)
+# Gradle's `developer {` block (Maven's and PEAR's XML blocks: `recognizers._in_developer`).
 _OPEN_GRADLE_DEVELOPER = re.compile(r"(?s)\bdeveloper[ \t]*\{[^{}]*$")
 _GRADLE_FIELD = r"""(?:[ \t]*=[ \t]*|[ \t]+|\.set\([ \t]*)["']"""
-
-
-def _in_person_block(match: re.Match[str], text: str) -> bool:
-    return _preceded_by(_OPEN_PERSON_XML, match.start(), text, 1000)
 
 
 def _in_gradle_developer(match: re.Match[str], text: str) -> bool:
@@ -217,12 +211,6 @@ NAME_PLACES = [
     NamePlace("mailto_link", _MAILTO_LINK, ("mailto:",), names=_one),
     NamePlace("changelog_section", _CHANGELOG_SECTION, ("[ ",), names=_one),
     NamePlace(
-        "manifest_person",
-        re.compile(r"<name>[ \t]*(?P<list>[^<\n]{1,200})</name>"),
-        ("<name>",),
-        check=_in_person_block,
-    ),
-    NamePlace(
         "gradle_developer",
         _APPEND_NODE,
         ("appendnode",),
@@ -281,21 +269,8 @@ _BRACKETED_AT = re.compile(r"<([\w.+%-]{1,64}[ \t]+(?:at|AT)[ \t]+[\w-]+(?:\.[\w
 _SPELLED_DOT = re.compile(r"[ \t]*[\[({<]?[ \t]*(?i:dot)[ \t]*[\])}>]?[ \t]*")
 
 
-class _Group:
-    """A match's group 1 seen as a whole match (what `_obfuscated_email` reads)."""
-
-    def __init__(self, match: re.Match[str]) -> None:
-        self.value = match.group(1)
-
-    def group(self, _index: int = 0) -> str:
-        return self.value
-
-
-def _obfuscated_email(match: "re.Match[str] | _Group", _text: str) -> bool:
+def _spelled_address(value: str) -> bool:
     """Its domain, dots restored, ends in a public suffix (`jroe at example dot org`, not `look at this dot`)."""
-    from stackcurate.stages.pii.recognizers import _tld_extract
-
-    value = match.group(0)
     domain = re.split(r"[ \t]*[\[({<][ \t]*(?i:at)[ \t]*[\])}>][ \t]*|[ \t]+(?:at|AT)[ \t]+", value, maxsplit=1)[-1]
     domain = _SPELLED_DOT.sub(".", domain) if re.search(r"(?i)dot", domain) else domain
     extracted = _tld_extract()(domain)
@@ -326,8 +301,6 @@ _NOT_CREDITED = frozenset(
 
 
 def _handle_word(word: str) -> bool:
-    from stackcurate.stages.pii.rules import english_words
-
     bare = word.lstrip("@")
     if bare.lower() in _NOT_CREDITED or bare.lower().startswith("lib"):
         return False
@@ -345,20 +318,16 @@ class _ClosingCredits(RegexRecognizer):
     span per group)."""
 
     def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list:
-
         results = []
         for match in super().analyze(text, entities, nlp_artifacts):
             at = match.start
             for word in text[match.start : match.end].split(","):
                 start = at + len(word) - len(word.lstrip())
                 stripped = word.strip()
-                if _PERSON_LINE.fullmatch(stripped):
-                    result = RecognizerResult(NAME, start, at + len(word.rstrip()), match.score)
-                    result.recognition_metadata = {**match.recognition_metadata, DETECTOR: "pattern:closing_credit"}
-                    results.append(result)
-                elif _handle_word(stripped):
-                    start += stripped.startswith("@")
-                    result = RecognizerResult(USERNAME, start, at + len(word.rstrip()), match.score)
+                entity = NAME if _PERSON_LINE.fullmatch(stripped) else USERNAME if _handle_word(stripped) else None
+                if entity is not None:
+                    start += entity == USERNAME and stripped.startswith("@")
+                    result = RecognizerResult(entity, start, at + len(word.rstrip()), match.score)
                     result.recognition_metadata = match.recognition_metadata
                     results.append(result)
                 at += len(word) + 1
@@ -372,7 +341,7 @@ HANDLE_RULES = [
         re.compile(rf"<(?:id|user|username)>[ \t]*({_HANDLE})[ \t]*</(?:id|user|username)>"),
         ((1, USERNAME),),
         0.8,
-        lambda match, text: _preceded_by(_OPEN_PERSON_XML, match.start(), text, 1000),
+        _in_developer,
         keywords=("<id>", "<user>", "<username>"),
     ),
     # Gradle's `developer { id = "jroe" }` / `id 'jroe'` / `id.set("jroe")`.
@@ -448,7 +417,7 @@ EMAIL_RULES = [
         _BRACKETED_AT,
         ((1, EMAIL),),
         0.85,
-        lambda m, t: _obfuscated_email(_Group(m), t),
+        lambda match, _text: _spelled_address(match.group(1)),
         keywords=(" at ",),
     ),  # fmt: skip
     # POD's `E<lt>jroe@cpan.orgE<gt>`: the generic regex would take the `E` of `E<gt>` into the domain.
@@ -464,7 +433,7 @@ EMAIL_RULES = [
         _OBFUSCATED_EMAIL,
         ((0, EMAIL),),
         0.8,
-        _obfuscated_email,
+        lambda match, _text: _spelled_address(match.group(0)),
         keywords=(" dot ", "[at]", "(at)", "{at}", "<at>"),
     ),
 ]
@@ -502,8 +471,6 @@ _IDENTIFIER = re.compile(r"[a-z]+(?:[_.][a-z]+)+")
 
 
 def _credential_argument(match: re.Match[str], text: str) -> bool:
-    from stackcurate.stages.pii.recognizers import _token_literal
-
     value, before = match.group(0), text[max(0, match.start() - 12) : match.start() - 1].rstrip(" \t\rbu")
     if not before.endswith(("(", ",")):  # an argument: right after `(` or `,`
         return False
@@ -518,7 +485,6 @@ def _credential_argument(match: re.Match[str], text: str) -> bool:
     )
 
 
-_SECRET_VALUE = r"""(?P<q>["']?)([^\s"'`$<>{}|;]{4,128})(?P=q)(?=[\s;|&)]|$)"""
 # Command lines: `curl -u user:pass`, `lftp -u user,pass`, `smbclient -U user%pass`, `mysql -psecret`,
 # `mysql -p secret` is a database name (the client prompts), `sshpass -p pass`, `redis-cli -a pass`,
 # `wget --http-password=pass`, `PGPASSWORD=pass psql` (the generic env rule takes unquoted values).
@@ -588,7 +554,7 @@ PASSWORD_RULES = [
         _JOINED_SECRET,
         ((1, PASSWORD),),
         0.8,
-        lambda match, text: _secret_shaped(match.group(1)) and _preceded_by(_ENCODER_BEFORE, match.start(), text, 80),
+        _encoded_credentials,
         keywords=("base64", "b64encode", "btoa", "encode", "basic"),
     ),
     Rule(
@@ -737,7 +703,7 @@ def people_recognizers() -> list[EntityRecognizer]:
                     re.compile(r"(?<![\w.+%-])[\w.+%-]{1,64}[ \t]+(?:at|AT)[ \t]+[\w-]+(?:\.[\w-]+)+(?![\w-])"),
                     ((0, EMAIL),),
                     0.8,
-                    _obfuscated_email,
+                    lambda match, _text: _spelled_address(match.group(0)),
                     keywords=(" at ",),
                 ),
             ],

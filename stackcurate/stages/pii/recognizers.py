@@ -619,11 +619,14 @@ class NamePlace:
 _REST = r"(?P<list>[^\n]{1,300})"  # the names run to the end of the line
 _AUTHOR_WORDS = ("author", "maintainer", "contributor", "developer", "creator", "credits", "owner")
 _AUTHOR_KEY = r"(?:authors?|maintainers?|contributors?|developers?|creators?|credits|owners?)"
-_OPEN_DEVELOPER = re.compile(r"(?s)<(developer|contributor)>(?:(?!</(?:developer|contributor)>).)*$")
+# One person's block of a build manifest: Maven's `<developer>`/`<contributor>`, PEAR's `<lead>`/`<helper>`, ...
+_PERSON_BLOCKS = "developer|contributor|lead|helper|maintainer|author|person"
+_OPEN_DEVELOPER = re.compile(rf"(?s)<(?:{_PERSON_BLOCKS})>(?:(?!</(?:{_PERSON_BLOCKS})>).)*$")
 
 
 def _in_developer(match: re.Match[str], text: str) -> bool:
-    """A `<name>` inside a pom.xml `<developer>` or `<contributor>` (not the project's own `<name>`)."""
+    """A `<name>` (or `<id>`) inside one person's block of a pom.xml or a PEAR package.xml (not the project's
+    own `<name>`)."""
     return _preceded_by(_OPEN_DEVELOPER, match.start(), text, 1000)
 
 
