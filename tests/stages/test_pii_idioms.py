@@ -367,3 +367,17 @@ def test_pod_author_lists_cpan_ids_and_changelog_closing_names(detector):
     assert {("EMAIL", "tekblom at riseup dot net"), ("USERNAME", "SHAUGLAND"), ("USERNAME", "kwataname")} <= got
     handles = {value for entity, value in got if entity == "USERNAME"}
     assert not handles & {"Debian", "guys", "upstream", "libgcrypt", "default"}
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ('<a id="id-1.6.14.2" class="indexterm"></a> on the standby host', None),  # DocBook's anchors
+        ("libfoo (1.0.24.2-5) unstable; host builds fixed", None),  # a Debian revision
+        ("server package 1.2.3.4+dfsg1", None),
+        ("allow hosts 10.0.0.1-93.184.216.34", "93.184.216.34"),  # a range's dash is not a revision
+        ("connect to 93.184.216.34 now", "93.184.216.34"),
+    ],
+)
+def test_dotted_versions_and_anchors_are_not_addresses(detector, text, address):
+    assert {value for entity, value in found(detector, text) if entity == "IP_ADDRESS"} == ({address} - {None})

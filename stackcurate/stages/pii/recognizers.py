@@ -208,9 +208,14 @@ _IPV4 = re.compile(rf"(?<![\w.])({_OCTET}(?:\.{_OCTET}){{3}})(?![\w]|\.\d|/(?!32
 _IPV6 = re.compile(r"(?<![\w:.])((?:[0-9A-Fa-f]{1,4}|:)?(?::[0-9A-Fa-f]{0,4}){2,7}(?:%\w+)?)(?![\w:]|/(?!128\b)\d)")
 _DOTTED_QUAD = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")  # anchors: what every match of the two above holds
 _TWO_COLONS = re.compile(r":[0-9A-Fa-f]{0,4}:")
+# `id-1.6.14.2` (DocBook's section anchors) is an identifier's tail.
 _VERSION_BEFORE = re.compile(
-    r"(?i)(?:(?<![a-z])(?:version|ver|release|rev|section|chapter|§)\w*[\s\"'>]*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@)$"
+    r"(?i)(?:(?<![a-z])(?:version|ver|release|rev|section|chapter|§)\w*[\s\"'>]*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@"
+    r"|[a-z]-)$"
 )
+# A Debian revision or a local version after it (`1.0.24.2-5`, `1.2.3.4+dfsg`, `1.2.3.4~rc1`); not a range's
+# dash (`10.0.0.1-10.0.0.9`).
+_VERSION_AFTER = re.compile(r"-\d+(?![\d.])|[+~][a-z]")
 _NETWORK_WORDS = re.compile(r"(?i)dns|server|host|\bip\b|addr|proxy|gateway|endpoint|connect|bind|listen")
 
 
@@ -220,6 +225,8 @@ def _is_ipv4(match: re.Match[str], text: str) -> bool:
     value, start = match.group(1), match.start(1)
     after_credentials = text[start - 1 : start] == "@" and _preceded_by(_IN_USERINFO, start - 1, text, 200)
     if _preceded_by(_VERSION_BEFORE, start, text, 16) and not after_credentials:  # `user:pw@<host>`
+        return False
+    if _VERSION_AFTER.match(text, match.end(1)):
         return False
     return len(value) > 7 or _NETWORK_WORDS.search(text, max(0, start - 100), match.end(1) + 100) is not None
 
