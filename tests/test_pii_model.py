@@ -138,6 +138,17 @@ def test_gate_sends_people_lines_only_and_training_reads_secret_lines_too():
     assert end - start <= LONG_LINE and "by Maria Lopez" in long[start:end]
 
 
+def test_gate_sends_the_lines_under_a_people_heading():
+    pod = "package Foo;\n\n=head1 AUTHORS\n\nJan Kowalski\nMaria Lopez E<lt>ml@x.orgE<gt>\n\n=head1 LICENSE\n\nsame\n"
+    assert [pod[a:b] for a, b in line_ranges(pod)] == [
+        "=head1 AUTHORS", "Jan Kowalski", "Maria Lopez E<lt>ml@x.orgE<gt>",
+    ]  # fmt: skip
+    markdown = "# Tool\n\n## Contributors\n\n- Jan Kowalski\n- mlopez\n\n## License\n\nMIT\n"
+    assert [markdown[a:b] for a, b in line_ranges(markdown)] == ["- Jan Kowalski", "- mlopez"]
+    prose = "The authors of this module:\nJan Kowalski\n"  # not a heading: a line of prose
+    assert [prose[a:b] for a, b in line_ranges(prose)] == ["The authors of this module:"]
+
+
 def test_bio_labels_round_trip_to_the_same_character_spans_after_multibyte_text():
     text = "# 作者: 王伟 — Łukasz Żółkiewski <lz@poczta.pl>\nuser = 'zółw_42'  # ☃\n"
     spans = [
@@ -317,6 +328,8 @@ def test_the_recipe_reproduces_the_shipped_model(tmp_path, monkeypatch):
 
     monkeypatch.setenv("STACKCURATE_CACHE", str(tmp_path / "cache"))
     config = train.TrainConfig(**{k: v for k, v in shipped.card()["train"]["config"].items() if k != "device"})
+    if config.real and not Path(config.real).is_file():
+        pytest.skip(f"the real-file set {config.real} is not on this machine (`python -m pii_model.realset`)")
     retrained = train.train(config, tmp_path / "retrained", progress=False)
     rows = evaluate.eval_rows(None, examples=500)
     ours = evaluate.compare(rows, str(retrained), ["both"])["both"]

@@ -305,6 +305,16 @@ def test_overlapping_spans_keep_the_longer_one():
     assert [s.entity for s in rules.resolve_overlaps(spans)] == ["EMAIL"]
 
 
+def test_a_patterns_span_wins_over_the_models_of_another_type():
+    text = "Jane Roe <jroe@corp-mail.org>"
+    email = rules.Span("EMAIL", 10, 28, 1.0, "pattern:email")
+    longer_name = rules.Span("NAME", 0, 14, 0.9, f"{rules.MODEL_PREFIX}minilm-l3")  # `Jane Roe <jroe`
+    assert rules.resolve_overlaps([longer_name, email]) == [email]
+    name = rules.Span("NAME", 0, 8, 0.9, f"{rules.MODEL_PREFIX}minilm-l3")
+    assert rules.resolve_overlaps([name, email]) == [name, email]
+    assert text[name.start : name.end] == "Jane Roe"
+
+
 def test_ip_replacement_is_consistent_within_a_file_and_keeps_the_family(detector):
     text = "a = '34.120.18.7'\nb = '52.95.110.1'\nc = '34.120.18.7'\nd = '2a00:1450:4001:82a::200e'\n"
     spans, _ = detector.find(text)

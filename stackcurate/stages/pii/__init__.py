@@ -208,6 +208,19 @@ def is_people_file(path: str | None) -> bool:
     return _PEOPLE_FILE.fullmatch((path or "").rsplit("/", 1)[-1]) is not None
 
 
+# A project's history: who did what, a name on every few lines with no word before it (`* Fix x (Jane Roe)`,
+# `[ Jane Roe ]`, ` -- Jane Roe <jane@...>`). `ChangeLog`, `NEWS`, `CHANGES.md`, `HISTORY.rst`, Debian's
+# `changelog.Debian`, `/usr/share/doc` copies as `wget.changelog`; not code (`news.py`).
+_HISTORY_FILE = re.compile(
+    r"(?i)(?:[\w+\-]+\.)?(?:changelog|changes|news|history)"
+    r"(?:[._\-](?:md|rst|txt|markdown|adoc|org|debian|old|\d[\w.\-]*))?"
+)
+
+
+def is_history_file(path: str | None) -> bool:
+    return _HISTORY_FILE.fullmatch((path or "").rsplit("/", 1)[-1]) is not None
+
+
 class Detector:
     """Finds the spans to redact in texts, and the ones it spares (with the sparing rule).
 
@@ -251,17 +264,23 @@ class Detector:
         return self._model
 
     def find_batch(
-        self, texts: list[str], configs: list[bool], people: list[bool] | None = None
+        self,
+        texts: list[str],
+        configs: list[bool],
+        people: list[bool] | None = None,
+        histories: list[bool] | None = None,
     ) -> list[tuple[list[rules.Span], list[str]]]:
         """For each text: (spans to redact in text order, the names of the rules that spared the others).
-        `configs` says which texts are config files, `people` which are lists of people (`is_people_file`).
+        `configs` says which texts are config files, `people` which are lists of people (`is_people_file`),
+        `histories` which are changelogs (`is_history_file`); the model reads every line of those two.
 
         The patterns also read each unescaped view of a text (`escapes.py`: a raw notebook's JSON strings, a
         string literal holding code), and their spans there count at the offsets they map back to."""
         model = self.model
-        model_spans = model.spans(texts) if model is not None else [[] for _ in texts]
-        out = []
         people = people or [False] * len(texts)
+        whole = [a or b for a, b in zip(people, histories or [False] * len(texts), strict=True)]
+        model_spans = model.spans(texts, whole) if model is not None else [[] for _ in texts]
+        out = []
         for text, config, listed, found in zip(texts, configs, people, model_spans, strict=True):
             patterns = self._patterns(text, config, listed) if self.cfg.patterns else []
             spans, spared = self._judge(text, patterns + found)
@@ -278,8 +297,10 @@ class Detector:
             out.append((rules.resolve_overlaps(spans), kept))
         return out
 
-    def find(self, text: str, config: bool = False, people: bool = False) -> tuple[list[rules.Span], list[str]]:
-        return self.find_batch([text], [config], [people])[0]
+    def find(
+        self, text: str, config: bool = False, people: bool = False, history: bool = False
+    ) -> tuple[list[rules.Span], list[str]]:
+        return self.find_batch([text], [config], [people], [history])[0]
 
     def _judge(self, text: str, candidates: list[rules.Span]) -> tuple[list[rules.Span], list[tuple[rules.Span, str]]]:
         """The candidates to redact, and the others with the rule that spares each (below-threshold ones go)."""
@@ -393,7 +414,12 @@ class PiiStage(RecordStage):
             for row, path in zip(places, paths, strict=True)
             for *_, where in row
         ]
-        found = iter(self.detector.find_batch(texts, configs, people))
+        histories = [
+            where == "content" and is_history_file(path)
+            for row, path in zip(places, paths, strict=True)
+            for *_, where in row
+        ]
+        found = iter(self.detector.find_batch(texts, configs, people, histories))
         stats: Counter[tuple[str, str | None, str | None]] = Counter()
         out_spans = []
         for row, language in zip(places, languages, strict=True):

@@ -22,6 +22,7 @@ by `stackcurate pii-model train` (see `pii_model/`).
 import json
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from stackcurate.core.errors import StackcurateError
 from stackcurate.stages.pii.entities import ENTITIES, NAME, USERNAME
 from stackcurate.stages.pii.lines import lines_with, lowered
-from stackcurate.stages.pii.rules import Span
+from stackcurate.stages.pii.rules import MODEL_PREFIX, Span
 
 if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
@@ -88,6 +89,14 @@ _WORDS = {
                 "contribut", "written", "owner", "maintain", "cc"),
 }  # fmt: skip
 _SECRET_LINE = re.compile(_SECRET)
+# A heading over a list of people (POD's `=head1 AUTHORS`, Markdown's `## Contributors`, a man page's `.SH AUTHOR`,
+# `Thanks:`): the model reads the section's lines, where names stand alone, up to the next heading.
+_PEOPLE_HEADING = re.compile(
+    r"(?im)^[ \t#*=]*(?:=head\d[ \t]+|\.SH[ \t]+)?"
+    r"(?:authors?|maintainers?|contributors?|credits|thanks|acknowledge?ments)(?:\(s\))?[ \t:]*\r?$"
+)
+_NEXT_HEADING = re.compile(r"(?m)^(?:=\w|#|\.SH\b)")
+SECTION_LINES = 20  # non-blank lines of a people section read at most
 _DECORATOR = re.compile(r"\s*@[\w.]+(?:\(.*)?\s*$")  # `@property`, `@pytest.mark.parametrize(`: no handle
 
 
@@ -112,7 +121,20 @@ def line_ranges(text: str, lines: str = "gated") -> list[tuple[int, int]]:
         if end - start > LONG_LINE:
             start, end = max(start, trigger_at - LONG_LINE // 4), min(end, trigger_at + 3 * LONG_LINE // 4)
         ranges.append((start, end))
-    return ranges
+    return sorted(set(ranges) | set(_section_lines(text)))
+
+
+def _section_lines(text: str) -> Iterator[tuple[int, int]]:
+    """The non-blank lines under each people heading of `text`, up to the next heading."""
+    for heading in _PEOPLE_HEADING.finditer(text):
+        at, taken = heading.end() + 1, 0
+        while at < len(text) and taken < SECTION_LINES and not _NEXT_HEADING.match(text, at):
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            if text[at:end].strip() and end - at <= LONG_LINE:
+                taken += 1
+                yield at, end
+            at = end + 1
 
 
 @dataclass
@@ -263,12 +285,13 @@ class EncoderModel:
         if tuple(self.model.config.id2label[i] for i in range(len(LABELS))) != LABELS:
             raise StackcurateError(f"pii: {folder} was trained with other labels; retrain it")
 
-    def spans(self, texts: list[str]) -> list[list[Span]]:
-        """The model's spans of `self.entities` in each text (before post-processing)."""
+    def spans(self, texts: list[str], whole: list[bool] | None = None) -> list[list[Span]]:
+        """The model's spans of `self.entities` in each text (before post-processing); it reads every line of
+        the texts `whole` marks (people files and changelogs, where names stand without a word before them)."""
         # Each distinct line runs once: a license header or an `Author:` line repeats across a project's files.
         where: dict[str, list[tuple[int, int]]] = {}
         for row, text in enumerate(texts):
-            for start, end in line_ranges(text, self.lines):
+            for start, end in line_ranges(text, "all" if whole and whole[row] else self.lines):
                 where.setdefault(text[start:end], []).append((row, start))
         pieces = list(where)
         items = windows(self.tokenizer, pieces, [[(0, len(piece))] for piece in pieces])
@@ -286,7 +309,7 @@ class EncoderModel:
                     if entity in self.entities:
                         for text_row, at in where[pieces[items[i].row]]:
                             found[text_row].add((entity, at + start, at + end, score))
-        detector = f"model:{self.name}"
+        detector = f"{MODEL_PREFIX}{self.name}"
         out = []
         for text, spans in zip(texts, found, strict=True):
             whole = {(entity, *_widen(text, entity, start, end), score) for entity, start, end, score in spans}

@@ -83,6 +83,9 @@ _PLACEHOLDER = re.compile(
 )
 
 
+MODEL_PREFIX = "model:"  # a model span's detector: `model:<model name>`
+
+
 @dataclass
 class Span:
     """A detected span: character offsets into the original text (code points, not bytes)."""
@@ -355,8 +358,16 @@ def is_organisation(name: str, after: str = "") -> bool:
 
 
 def resolve_overlaps(spans: list[Span]) -> list[Span]:
-    """Non-overlapping spans, in text order: the longer span wins, then the higher score."""
+    """Non-overlapping spans, in text order: a pattern's span wins over the model's of another type (the model
+    reading `Jane Roe <jroe@x.org>` as one name must not hide the address), then the longer span, then the higher
+    score."""
     chosen: list[Span] = []
+    patterns = [s for s in spans if not s.detector.startswith(MODEL_PREFIX)]
+    spans = [
+        s for s in spans
+        if not s.detector.startswith(MODEL_PREFIX)
+        or not any(p.entity != s.entity and p.start < s.end and s.start < p.end for p in patterns)
+    ]  # fmt: skip
     for span in sorted(spans, key=lambda s: (-(s.end - s.start), -s.score, s.start, s.entity)):
         if all(span.end <= c.start or span.start >= c.end for c in chosen):
             chosen.append(span)
