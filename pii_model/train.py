@@ -58,6 +58,10 @@ class TrainConfig:
     batch_tokens: int = option(4096, "padded tokens per batch")
     max_tokens: int = option(128, "longest window; longer lines are split with overlap (the stage reads it back)")
     other_lines: float = option(0.1, "share of the lines the gate does not send that are trained on too")
+    real: str = option(
+        "", "a set of real files labelled by agreement (`python -m pii_model.realset`), trained on beside", path=True
+    )
+    real_windows: int = option(40000, "windows of the real set at most: all with a label, then others drawn")
     freeze_embeddings: bool = option(
         True, "keep the base encoder's embeddings: what ships is then only the layers training changed (10 MB)"
     )
@@ -102,6 +106,25 @@ def training_windows(rows: list[dict], cfg: TrainConfig, rng: random.Random) -> 
     return items, [token_labels(w, spans[w.row]) for w in items]
 
 
+def real_set(path: str | Path, cfg: TrainConfig, rng: random.Random) -> tuple[list[Window], list[list[int]]]:
+    """(windows, BIO labels) of the lines a real-file set keeps for training (`pii_model.realset`): every one
+    with a label, then lines without one drawn up to `cfg.real_windows` (most real lines hold nothing)."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise StackcurateError(f"pii-model: no real-file set at {path}; make one with `python -m pii_model.realset`")
+    rows = pq.read_table(path, columns=["text", "spans", "ranges"]).to_pylist()
+    tokenizer = load_tokenizer(base_folder(), cfg.max_tokens)
+    items = windows(tokenizer, [r["text"] for r in rows], [[tuple(x) for x in r["ranges"]] for r in rows])
+    spans = [[(s["entity"], s["start"], s["end"]) for s in r["spans"]] for r in rows]
+    labels = [token_labels(w, spans[w.row]) for w in items]
+    marked = [i for i, tags in enumerate(labels) if any(t > 0 for t in tags)]
+    others = [i for i, tags in enumerate(labels) if not any(t > 0 for t in tags)]
+    keep = sorted(marked + rng.sample(others, min(len(others), max(0, cfg.real_windows - len(marked)))))
+    return [items[i] for i in keep], [labels[i] for i in keep]
+
+
 def train(cfg: TrainConfig, out: str | Path, *, progress: bool = True) -> Path:
     """Generate the data, train, and write the model folder `out`; returns it."""
     import torch
@@ -115,6 +138,10 @@ def train(cfg: TrainConfig, out: str | Path, *, progress: bool = True) -> Path:
     device = default_device() if cfg.device == "auto" else cfg.device
     rows = list(generate("train", cfg.examples, cfg.seed))
     items, labels = training_windows(rows, cfg, rng)
+    generated = len(items)
+    if cfg.real:
+        real_items, real_labels = real_set(cfg.real, cfg, rng)
+        items, labels = items + real_items, labels + real_labels
     model = build_model(cfg).to(device).train()
     if cfg.freeze_embeddings and cfg.base == "minilm":
         # 11.7M of the 3-layer model's 17M weights are MiniLM's embeddings: left as they are, the model ships as
@@ -158,6 +185,8 @@ def train(cfg: TrainConfig, out: str | Path, *, progress: bool = True) -> Path:
         "host_files_sha1": hashlib.sha1("\n".join(path for path, _ in hosts).encode()).hexdigest(),
         "examples": len(rows),
         "windows": len(items),
+        "generated_windows": generated,
+        "real_windows": len(items) - generated,
         "tokens": sum(len(w.ids) for w in items),
         "steps": steps,
         "loss_first_tenth": round(sum(losses[:tenth]) / tenth, 4),
