@@ -74,7 +74,7 @@ def test_a_planted_value_keeps_the_line_and_the_shape():
 def test_files_are_drawn_per_kind_without_the_evaluation_sets_packages(tmp_path):
     held = tmp_path / "held"
     held.mkdir()
-    origin = {"registry": "debian", "package": "python-jose", "path": "x.py"}
+    origin = {"registry": "pypi", "package": "python-jose", "path": "x.py"}
     (held / "part.jsonl").write_text(json.dumps({"origin": origin, "text": "", "labels": []}) + "\n")
     exclude = realset.package_names([held])
     assert {"python-jose", "jose"} <= exclude
@@ -87,6 +87,18 @@ def test_files_are_drawn_per_kind_without_the_evaluation_sets_packages(tmp_path)
     assert "jwt.py" not in names and "x.bin" not in names
     assert sum(n.endswith(".py") for n in names) == 2 and {"ChangeLog", "AUTHORS"} <= set(names)
     assert realset.collect([root], exclude, files=100, per_kind=2, seed=0) == drawn
+
+
+def test_gzipd_changelogs_are_read_uncompressed(tmp_path):
+    import gzip
+
+    path = tmp_path / "changelog.Debian.gz"
+    path.write_bytes(gzip.compress(b"foo (1.0-1) unstable\n\n  * Initial release.\n\n -- Jane Roe <jr@x.org>\n"))
+    assert realset.kind_of(str(path)) == "history"
+    assert realset.read(path, 1000).startswith("foo (1.0-1) unstable\n")
+    assert realset.read(path, 50) == "foo (1.0-1) unstable\n\n  * Initial release.\n\n"  # cut at a line's end
+    (tmp_path / "broken.gz").write_bytes(b"not gzip")
+    assert realset.read(tmp_path / "broken.gz", 1000) is None
 
 
 def test_the_set_is_written_with_its_report(tmp_path):
