@@ -237,8 +237,7 @@ def _first_pass(item: tuple[str, str]) -> dict:
 
     path, text = item
     kind = kind_of(path)
-    candidates = _DETECTOR._patterns(text, is_config(path, None, None), kind == "people")
-    kept, spared = _DETECTOR._judge(text, candidates)
+    kept, spared = _DETECTOR.pattern_spans(text, is_config(path, None, None), kind == "people")
     lines: dict[int, dict] = {start: {"end": end} for start, end in _lines(text) if text[start:end].strip()}
     starts = sorted(lines)
 

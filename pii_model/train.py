@@ -61,7 +61,7 @@ class TrainConfig:
     real: str = option(
         "", "a set of real files labelled by agreement (`python -m pii_model.realset`), trained on beside", path=True
     )
-    real_windows: int = option(40000, "windows of the real set at most: all with a label, then others drawn")
+    real_windows: int = option(40000, "windows of the real set at most: up to 3/4 with a label, then others")
     freeze_embeddings: bool = option(
         True, "keep the base encoder's embeddings: what ships is then only the layers training changed (10 MB)"
     )
@@ -107,8 +107,9 @@ def training_windows(rows: list[dict], cfg: TrainConfig, rng: random.Random) -> 
 
 
 def real_set(path: str | Path, cfg: TrainConfig, rng: random.Random) -> tuple[list[Window], list[list[int]]]:
-    """(windows, BIO labels) of the lines a real-file set keeps for training (`pii_model.realset`): every one
-    with a label, then lines without one drawn up to `cfg.real_windows` (most real lines hold nothing)."""
+    """(windows, BIO labels) of the lines a real-file set keeps for training (`pii_model.realset`), at most
+    `cfg.real_windows`: lines with a label (three quarters at most, drawn), then lines without one drawn, so that
+    the model also learns which real lines hold nothing."""
     import pyarrow.parquet as pq
 
     path = Path(path)
@@ -121,7 +122,8 @@ def real_set(path: str | Path, cfg: TrainConfig, rng: random.Random) -> tuple[li
     labels = [token_labels(w, spans[w.row]) for w in items]
     marked = [i for i, tags in enumerate(labels) if any(t > 0 for t in tags)]
     others = [i for i, tags in enumerate(labels) if not any(t > 0 for t in tags)]
-    keep = sorted(marked + rng.sample(others, min(len(others), max(0, cfg.real_windows - len(marked)))))
+    marked = rng.sample(marked, min(len(marked), cfg.real_windows * 3 // 4))
+    keep = sorted(marked + rng.sample(others, min(len(others), cfg.real_windows - len(marked))))
     return [items[i] for i in keep], [labels[i] for i in keep]
 
 

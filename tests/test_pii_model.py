@@ -283,9 +283,9 @@ FIXED = (
     "db_password = 'Xk9mP2vLq7'\nclient = Api(token='ghx_8fK2mQ9vL3pR7tW1')\n# TODO(jkowalski): retry\n"
 )
 FIXED_SPANS = [  # the password and token lines are the patterns' (the model reads lines with a person's context)
-    ("NAME", 10, 28, 0.89),
-    ("USERNAME", 69, 80, 0.65),
-    ("USERNAME", 168, 177, 0.81),
+    ("NAME", 10, 28, 0.99),
+    ("USERNAME", 69, 80, 0.83),
+    ("USERNAME", 168, 177, 0.91),
 ]
 
 
@@ -295,6 +295,17 @@ def test_the_shipped_model_gives_the_same_spans_everywhere(tmp_path, monkeypatch
     got = [(s.entity, s.start, s.end, round(s.score, 2)) for s in model.spans([FIXED])[0]]
     assert [g[:3] for g in got] == [f[:3] for f in FIXED_SPANS]
     assert [g[3] for g in got] == pytest.approx([f[3] for f in FIXED_SPANS], abs=0.02)
+
+
+def test_the_model_reads_every_line_of_changelogs_and_people_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("STACKCURATE_CACHE", str(tmp_path))
+    detector = Detector(PiiConfig())
+    text = "2.1 (2024-03-02)\n\n  * Faster start.  Henrike Osterhagen\n  * Fewer copies.\n"
+    assert detector.model is not None and detector.model.spans([text])[0] == []  # no line the gate sends
+    spans, _ = detector.find(text, history=True)
+    assert [(s.entity, text[s.start : s.end], s.detector) for s in spans] == [
+        ("NAME", "Henrike Osterhagen", f"model:{shipped.DEFAULT_MODEL}")
+    ]
 
 
 def test_a_folder_that_is_not_a_model_is_a_one_line_error(tmp_path):

@@ -381,3 +381,8 @@ def test_pod_author_lists_cpan_ids_and_changelog_closing_names(detector):
 )
 def test_dotted_versions_and_anchors_are_not_addresses(detector, text, address):
     assert {value for entity, value in found(detector, text) if entity == "IP_ADDRESS"} == ({address} - {None})
+
+
+def test_a_placeholder_author_is_not_a_name(detector):
+    text = "Authors:\n    A. Name\n"  # docutils' template of a bibliographic field list
+    assert ("NAME", "A. Name") not in found(detector, text)

@@ -302,6 +302,13 @@ class Detector:
     ) -> tuple[list[rules.Span], list[str]]:
         return self.find_batch([text], [config], [people], [history])[0]
 
+    def pattern_spans(
+        self, text: str, config: bool = False, people: bool = False
+    ) -> tuple[list[rules.Span], list[tuple[rules.Span, str]]]:
+        """The patterns' spans of `text` (no model, no escaped views): those kept, and those spared with the rule
+        that spares each (`pii_model.realset` labels with both)."""
+        return self._judge(text, self._patterns(text, config, people))
+
     def _judge(self, text: str, candidates: list[rules.Span]) -> tuple[list[rules.Span], list[tuple[rules.Span, str]]]:
         """The candidates to redact, and the others with the rule that spares each (below-threshold ones go)."""
         spans, spared = [], []

@@ -95,6 +95,12 @@ _PEOPLE_HEADING = re.compile(
     r"(?im)^[ \t#*=]*(?:=head\d[ \t]+|\.SH[ \t]+)?"
     r"(?:authors?|maintainers?|contributors?|credits|thanks|acknowledge?ments)(?:\(s\))?[ \t:]*\r?$"
 )
+# In changelogs and people files the model reads the lines that could hold a name (two capitalised words: a
+# capital or a non-Latin letter) or a handle (`@jroe`, `(jroe)`, `[jroe]`); most changelog lines hold neither.
+_NAME_OR_HANDLE = re.compile(
+    r"[^\W\d_a-z][^\W\d_]*\.?[ \t]+(?:[^\W\d_a-z]\.[ \t]+)?[^\W\d_a-z][^\W\d_]"
+    r"|@\w|[(\[][a-z][\w.\-]*[)\]]"
+)
 _NEXT_HEADING = re.compile(r"(?m)^(?:=\w|#|\.SH\b)")
 SECTION_LINES = 20  # non-blank lines of a people section read at most
 _DECORATOR = re.compile(r"\s*@[\w.]+(?:\(.*)?\s*$")  # `@property`, `@pytest.mark.parametrize(`: no handle
@@ -102,9 +108,15 @@ _DECORATOR = re.compile(r"\s*@[\w.]+(?:\(.*)?\s*$")  # `@property`, `@pytest.mar
 
 def line_ranges(text: str, lines: str = "gated") -> list[tuple[int, int]]:
     """The (start, end) character ranges the model reads in `text`: gated lines (cut around the trigger if
-    long; `lines="context"` also the lines only training reads), or with `lines="all"` every non-blank line."""
+    long; `lines="context"` also the lines only training reads), with `lines="listing"` (changelogs, people
+    files) every line that could hold a name or a handle, or with `lines="all"` every non-blank line."""
     if lines == "all":
         return [match.span() for match in re.finditer(r"[^\n]*\S[^\n]*", text)]
+    if lines == "listing":
+        return [
+            match.span() for match in re.finditer(r"[^\n]*\S[^\n]*", text)
+            if len(match.group()) <= LONG_LINE and _NAME_OR_HANDLE.search(match.group())
+        ]  # fmt: skip
     gate, ranges = _GATES[lines], []
     for start in lines_with(text, lowered(text), _WORDS[lines]):
         end = text.find("\n", start)
@@ -291,7 +303,7 @@ class EncoderModel:
         # Each distinct line runs once: a license header or an `Author:` line repeats across a project's files.
         where: dict[str, list[tuple[int, int]]] = {}
         for row, text in enumerate(texts):
-            for start, end in line_ranges(text, "all" if whole and whole[row] else self.lines):
+            for start, end in line_ranges(text, "listing" if whole and whole[row] else self.lines):
                 where.setdefault(text[start:end], []).append((row, start))
         pieces = list(where)
         items = windows(self.tokenizer, pieces, [[(0, len(piece))] for piece in pieces])

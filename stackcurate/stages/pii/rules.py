@@ -143,7 +143,8 @@ _IETF_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")  # IANA's special-purpose 
 # Made-up names of docs and templates (BigCode's NAME_EXAMPLE).
 _PLACEHOLDER_NAMES = frozenset(
     ("john doe", "jane doe", "john smith", "jane smith", "foo bar", "joe bloggs", "max mustermann", "erika mustermann",
-     "your name", "first last", "firstname lastname", "first name", "last name", "john q public", "joe user")
+     "your name", "first last", "firstname lastname", "first name", "last name", "john q public", "joe user",
+     "a. name", "a. n. other")
 )  # fmt: skip
 
 
