@@ -137,6 +137,34 @@ SECRET = "Hq7#pLm2x"
         '<entry key="db.password">{s}</entry>',
         'poll mail.isp.net protocol imap user "jroe" password "{s}"',
         "machine ftp.isp.net login jroe password {s}",
+        "Net::HTTP::Get.new(uri).basic_auth 'jroe', '{s}'",
+        '$db = new mysqli("localhost", "app", "{s}", "shop");',
+        "mysqldump -uroot -p'{s}' --all-databases",
+        "mysqladmin -u root password '{s}'",
+        "mongo -u admin -p {s} --authenticationDatabase admin",
+        "htpasswd -b -c /etc/nginx/.htpasswd admin {s}",
+        "rabbitmqctl add_user deploy {s}",
+        'echo "deploy:{s}" | chpasswd',
+        "<param-name>db.password</param-name>\n  <param-value>{s}</param-value>",
+        "CREATE USER 'app'@'localhost' IDENTIFIED BY '{s}';",
+        "CREATE ROLE report WITH LOGIN ENCRYPTED PASSWORD '{s}';",
+        "requirepass {s}",
+        "credentials {{\n    username 'deployer'\n    password '{s}'\n}}",
+        'db, err := sql.Open("mysql", "app:{s}@tcp(127.0.0.1:3306)/shop")',
+        'String url = "jdbc:oracle:thin:scott/{s}@db.internal:1521:orcl";',
+        'private static final String dbPassword = "{s}";',
+        "const adminPass = '{s}';",
+        'self.smtpPassword = "{s}"',
+        'String auth = "deploy:{s}";',
+        "headers: {{ Authorization: 'Basic ' + Buffer.from(`deploy:{s}`).toString('base64') }}",
+        "const url = `https://deploy:{s}@${{host}}/api`;",
+        "mail.smtp.auth.password {s}",
+        "ENV MYSQL_PASSWORD {s}",
+        'ldapsearch -x -D "cn=admin,dc=x,dc=org" -w {s} -b dc=x',
+        "docker login -u deploy -p {s} registry.internal",
+        "snmpwalk -v3 -u admin -l authPriv -a SHA -A {s} host",
+        "openssl pkcs12 -export -passout pass:{s} -out x.p12",
+        "keytool -genkey -alias x -storepass {s}",
     ],
 )
 def test_passwords_handed_to_auth_and_connect_calls_command_lines_and_configs(detector, template):
@@ -150,6 +178,25 @@ def test_azure_account_keys_and_session_cookies(detector):
     assert ("KEY", key) in found(detector, text)
     cookie = "Zx9KqP2mW8vR4tL6nB3yH7cJ5dF1gS0a"
     assert ("KEY", cookie) in found(detector, f"Cookie: sessionid={cookie}\n")
+    assert ("KEY", cookie) in found(detector, f's.cookies.set("PHPSESSID", "{cookie}")\n')
+    assert ("KEY", cookie) in found(detector, f'cookies = {{"session": "{cookie}"}}\n')
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "aws_secret_access_key = {k}",
+        's3 = boto3.client("s3", aws_secret_access_key="{k}")',
+        "    AWS_SECRET_ACCESS_KEY: {k}",
+        'cred, err := azblob.NewSharedKeyCredential("acme", "{k}")',
+        'creds := credentials.NewStaticV4("Q3EGRVX5HNVLG7OZ", "{k}", "")',
+        "az storage blob upload --account-name acme --account-key {k} -f x",
+        "export AZURE_STORAGE_KEY={k}",
+    ],
+)
+def test_cloud_storage_keys_in_files_calls_and_command_lines(detector, template):
+    key = "hT3k9Lq/Zp0vXw+7RbN2mCj4YsUeA1dF8gKiOoPz"
+    assert ("KEY", key) in found(detector, template.format(k=key) + "\n")
 
 
 @pytest.mark.parametrize(
@@ -166,6 +213,19 @@ def test_azure_account_keys_and_session_cookies(detector):
         "#PassCmd \"sed -n -e 's,^machine host login tehuser password \\\\(.*\\\\),\\\\1,p' < ~/.netrc\"",
         "By default, when using password authentication, the module expects the",
         "<password>${db.password}</password>",
+        # SQL, config directives and DSNs with variables or placeholders
+        "CREATE USER 'app'@'localhost' IDENTIFIED BY 'password';",
+        "GRANT ALL ON db.* TO :user IDENTIFIED BY :pass;",
+        "requirepass foobared",
+        "    password project.findProperty('repoPassword')",
+        'db, err := sql.Open("mysql", "user:password@tcp(localhost:3306)/db")',
+        "cred, err := azblob.NewSharedKeyCredential(accountName, accountKey)",
+        "htpasswd -b passwords.txt user $PASS",
+        "    bypass = 'lookup-cache'",
+        "password required",
+        "ENV MYSQL_PASSWORD $DB_PASS",
+        "docker login -u deploy -p $TOKEN registry.internal",
+        "openssl rsa -in key.pem -passin env:KEY_PASS",
         # templates and prose
         'usethis::use_description(list(`Authors@R` = \'person("First", "Last", email = "first.last@example.com")\'))',
         "We looked at the result dot by dot.",

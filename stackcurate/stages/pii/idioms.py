@@ -442,17 +442,19 @@ EMAIL_RULES = [
 
 _ARGUMENT = r"""(?:[bu]?["'][^"'\n]{0,120}["']|[$@]?[\w.\->:\[\]]{1,80}(?:\(\))?)"""
 # The value (the quote before it is where the match starts) is the second argument of a call whose name
-# says it authenticates: `setBasicAuth("u", "...")`, `new UsernamePasswordCredentials("u", "...")`,
-# `Credentials.basic("u", "...")`, `->auth('u', '...')`, `smtp.login(user, "...")`, `ldap.bind(dn, "...")`.
+# says it authenticates (Ruby's without parentheses too): `setBasicAuth("u", "...")`, `basic_auth 'u', '...'`,
+# `new UsernamePasswordCredentials("u", "...")`, `Credentials.basic("u", "...")`, `->auth('u', '...')`,
+# `smtp.login(user, "...")`, `ldap.bind(dn, "...")`.
 _AUTH_CALL_BEFORE = re.compile(
     r"(?i)(?:\w*basic_?auth\w*|\w*password_?(?:credentials|authentication)|(?<![\w])(?:basic|auth|login|logon|"
-    r"sign_?in|bind|simple_bind_s|authenticate|with_?basic_?auth|http_?auth))[ \t]*\([ \t]*"
+    r"sign_?in|bind|simple_bind_s|authenticate|with_?basic_?auth|http_?auth))(?:[ \t]*\(|[ \t]+)[ \t]*"
     + _ARGUMENT + r"""[ \t]*,[ \t]*[bu]?["']$"""
 )  # fmt: skip
 # ... or the third of a database connect call: `DriverManager.getConnection(url, "u", "...")`,
-# `DBI->connect($dsn, "u", "...")`, `mysqli_connect("host", "u", "...")`, `new PDO($dsn, 'u', '...')`.
+# `DBI->connect($dsn, "u", "...")`, `mysqli_connect("host", "u", "...")`, `new PDO($dsn, 'u', '...')`,
+# `new mysqli("host", "u", "...", "db")`.
 _CONNECT_CALL_BEFORE = re.compile(
-    r"(?i)(?:(?:->|\.|(?<![\w]))connect|getconnection|\w+_connect|dbconnect|new[ \t]+pdo)[ \t]*\([ \t]*"
+    r"(?i)(?:(?:->|\.|(?<![\w]))connect|getconnection|\w+_connect|dbconnect|new[ \t]+(?:pdo|mysqli))[ \t]*\([ \t]*"
     + r"(?:" + _ARGUMENT + r"[ \t]*,[ \t]*){1,3}" + r"""[bu]?["'][^"'\n]{1,64}["'][ \t]*,[ \t]*[bu]?["']$"""
 )  # fmt: skip
 _QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{4,128}(?=["'`])""")
@@ -468,13 +470,18 @@ _PASSWORD_SETTER_BEFORE = re.compile(
 
 
 _IDENTIFIER = re.compile(r"[a-z]+(?:[_.][a-z]+)+")
+_SETTING = re.compile(r"[A-Za-z_][\w.\-]+=|[^;]*=[^;]*;")
 
 
 def _credential_argument(match: re.Match[str], text: str) -> bool:
     value, before = match.group(0), text[max(0, match.start() - 12) : match.start() - 1].rstrip(" \t\rbu")
     if not before.endswith(("(", ",")):  # an argument: right after `(` or `,`
         return False
-    if _token_literal(value) or not any(not c.isalpha() for c in value) or "://" in value or "=" in value:
+    # any shape a password takes (a long random one too: it is in a password's place), but not a URL or a
+    # connection string (`"Server=x;Password=y"`: the env rule's) or a setting (`"sslmode=require"`)
+    if not any(not c.isalpha() for c in value) or "://" in value or _SETTING.match(value):
+        return False
+    if value.startswith(("/", "-", "~/", "./")):  # a path or a flag (`lookup('password', '/tmp/pwfile')`)
         return False
     if _IDENTIFIER.fullmatch(value):  # `('ansible_become_password', 'ansible_become_pass')`: names, not values
         return False
@@ -486,15 +493,32 @@ def _credential_argument(match: re.Match[str], text: str) -> bool:
 
 
 # Command lines: `curl -u user:pass`, `lftp -u user,pass`, `smbclient -U user%pass`, `mysql -psecret`,
-# `mysql -p secret` is a database name (the client prompts), `sshpass -p pass`, `redis-cli -a pass`,
-# `wget --http-password=pass`, `PGPASSWORD=pass psql` (the generic env rule takes unquoted values).
+# `mysql -p secret` is a database name (the client prompts), `mysqldump -p'secret'`, `mysqladmin password new`,
+# `mongo -u u -p pass`, `sshpass -p pass`, `redis-cli -a pass`, `htpasswd -b file u pass`, `rabbitmqctl add_user u
+# pass`, `echo "u:pass" | chpasswd`, `ldapsearch -D dn -w pass`, `docker login -u u -p pass`, `snmpwalk -A pass`,
+# `openssl ... -passout pass:pass`, `keytool -storepass pass`, `wget --http-password=pass`, `PGPASSWORD=pass psql`
+# (the generic env rule takes unquoted values).
 _CLI_CREDENTIALS = re.compile(
     r"(?m)(?:"
-    r"\bcurl\b[^\n]*?(?:-u|--user)[ \t]+[\"']?[^\s:\"']{1,64}:([^\s\"'@]{4,128})[\"']?(?=\s|$)"
+    r"\bcurl\b[^\n]*?(?:-u|--user)[ \t]+[\"']?[^\s:\"']{1,64}:([^\s\"']{4,128})[\"']?(?=\s|$)"
     r"|\blftp\b[^\n]*?-u[ \t]+[\"']?[^\s,\"']{1,64},([^\s\"']{4,128})[\"']?(?=\s|$)"
     r"|\bsmbclient\b[^\n]*?-U[ \t]+[\"']?[^\s%\"']{1,64}%([^\s\"']{4,128})[\"']?(?=\s|$)"
     r"|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mariadb|mariadb-dump)\b[^\n]*?[ \t]-p"
-    r"([^\s\"'$-][^\s\"']{3,127})(?=\s|$)"
+    r"(?:([^\s\"'$-][^\s\"']{3,127})|\"([^\s\"$]{4,128})\"|'([^\s'$]{4,128})')(?=\s|$)"
+    r"|\bmysqladmin\b[^\n]*?[ \t]password[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|\bmongo(?:sh|dump|restore|import|export|stat|top)?\b[^\n]*?[ \t]-p[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?"
+    r"(?=\s|$)"
+    r"|\bhtpasswd\b[^\n]*?[ \t]-\w*b\w*(?:[ \t]+-\w+)*[ \t]+\S+[ \t]+\S+[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?"
+    r"(?=\s|$)"
+    r"|\brabbitmqctl\b[^\n]*?[ \t](?:add_user|change_password)[ \t]+\S+[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})"
+    r"[\"']?(?=\s|$)"
+    r"|[\"']?[\w.\-]{1,32}:([^\s\"':$]{4,128})[\"']?[ \t]*\|[ \t]*(?:sudo[ \t]+)?chpasswd\b"
+    r"|\bldap\w*\b[^\n]*?[ \t]-w[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|\b(?:docker|podman|buildah|helm|skopeo)\b[^\n]*?\blogin\b[^\n]*?[ \t]-p[ \t]+"
+    r"[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|\bsnmp\w*\b[^\n]*?[ \t]-[AX][ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|(?<![\w-])-pass(?:in|out)?[ \t]+[\"']?pass:([^\s\"'$][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|(?<![\w-])-(?:src|dest)?(?:store|key)pass[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
     r"|\bsshpass\b[^\n]*?[ \t]-p[ \t]*[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
     r"|\bredis-cli\b[^\n]*?[ \t]-a[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
     r"|(?<![\w-])--(?:http-|ftp-|proxy-|db-)?password[ \t]*=?[ \t]*[\"']([^\s\"'$<>{}]{4,128})[\"']"
@@ -508,23 +532,52 @@ _XML_PASSWORD = re.compile(
     r"|(?i:name|key)=[\"'][\w.\-]*(?:password|passwd|pwd|passphrase)[\"'](?:[ \t]+value=[\"']([^\"'\s]{4,128})[\"']"
     r"|[ \t]*>[ \t]*([^<>\s]{4,128})[ \t]*<)"
 )
+# ... and a servlet's `<param-name>password</param-name>`, its `<param-value>...</param-value>` often a line below.
+_SERVLET_PASSWORD = re.compile(
+    r"(?i)<param-name>[ \t]*[\w.\-]*(?:password|passwd|pwd|passphrase)[ \t]*</param-name>\s*<param-value>[ \t]*"
+    r"([^<>\s]{4,128})[ \t]*</param-value>"
+)
 # netrc (`machine h login u password p`) and fetchmailrc (`poll h ... user "u" password "p"`).
 _NETRC = re.compile(
     r"(?m)^[ \t]*(?:machine|poll|default)\b[^\n]*?\b(?:login|user(?:name)?)[ \t]+\S+[^\n]*?\bpassword[ \t]+"
     r"[\"']?([^\s\"']{4,128})[\"']?(?=\s|$)"
 )
+# SQL: `CREATE USER 'u'@'h' IDENTIFIED BY '...'` (MySQL, Oracle), `CREATE ROLE u WITH LOGIN PASSWORD '...'`,
+# `ALTER USER u WITH ENCRYPTED PASSWORD '...'` (PostgreSQL).
+_SQL_PASSWORD = re.compile(
+    r"(?i)\bidentified[ \t]+(?:with[ \t]+\w+[ \t]+)?by[ \t]+(?:password[ \t]+)?"
+    r"(?:'([^\s']{4,128})'|\"([^\s\"]{4,128})\")"
+    r"|\b(?:user|role)\b[^;\n]{0,80}?[ \t](?:encrypted[ \t]+)?password[ \t]+'([^\s']{4,128})'"
+)
+# A config line that is a password's directive and its value, space-separated: Redis' `requirepass ...` and
+# `masterauth ...`, Groovy's and Gradle's `password '...'` (a `credentials { }` block), a Java properties file's
+# dotted `db.password ...` and a Dockerfile's `ENV DB_PASSWORD ...` (not a Go field's `Password *string`).
+_DIRECTIVE_PASSWORD = re.compile(
+    r"(?im)^[ \t]*(?:(?:requirepass|masterauth)[ \t]+[\"']?([^\s\"']{4,128})[\"']?"
+    r"|(?:password|passwd)[ \t]+[\"']([^\s\"']{4,128})[\"']"
+    r"|(?:ENV[ \t]+[\w\-]*|[\w\-]+\.[\w.\-]*)(?:password|passwd|pwd)[\w.\-]*[ \t]+([^\s\"'=:$%{<*&(][^\s\"']{3,127}))"
+    r"[ \t]*;?\r?$"
+)
+# A DSN's `user:password@` before Go's MySQL driver's protocol (`"root:...@tcp(127.0.0.1:3306)/db"`), and an
+# Oracle thin URL's `user/password@` (`jdbc:oracle:thin:scott/...@host:1521:orcl`).
+_DSN_PASSWORD = re.compile(
+    r"""["'`][\w.\-]{1,64}:([^\s"'`/]{3,128})@(?:tcp|unix|udp)\("""
+    r"|\bjdbc:oracle:(?:thin|oci):[\w$#]{1,64}/([^\s\"'/]{3,128})@[\w.\-]"
+)
 # Azure Storage and Service Bus connection strings: `AccountKey=<base64>`, `SharedAccessKey=<base64>`.
 _ACCOUNT_KEY = re.compile(r"\b(?:AccountKey|SharedAccessKey|SharedAccessSignature)=([A-Za-z0-9+/]{30,}={0,2})")
-# A session cookie's value: `Cookie: sessionid=...`, `JSESSIONID=...`, `_session_id=...`.
+# A session cookie's value: `Cookie: sessionid=...`, `JSESSIONID=...`, `_session_id=...`, and as a client's
+# cookie jar writes it: `{"session": "..."}`, `cookies.set("PHPSESSID", "...")`.
 _SESSION_COOKIE = re.compile(
     r"(?i)\b(?:session(?:_?id)?|sid|phpsessid|jsessionid|connect\.sid|_[\w]+_session|csrftoken|remember_token)"
-    r"=([A-Za-z0-9%._\-]{16,})"
+    r"""(?:=|["'][ \t]*[:,][ \t]*["'])([A-Za-z0-9%._\-]{16,})"""
 )
 
 
 def _secret_shaped(value: str) -> bool:
-    """A digit or a symbol, and not a variable (`$PASS`, `%(password)s`, `${db.password}`, `<password>`)."""
-    return not value.startswith(("$", "%", "{", "<")) and any(not c.isalpha() for c in value)
+    """A digit or a symbol, and not a variable (`$PASS`, `%(password)s`, `${db.password}`, `<password>`, SQL's
+    bind parameters `:pass`, `@pass`, `?`)."""
+    return not value.startswith(("$", "%", "{", "<", ":", "@", "?")) and any(not c.isalpha() for c in value)
 
 
 def _last_value(match: re.Match[str], _text: str) -> bool:
@@ -538,8 +591,12 @@ def _random_value(match: re.Match[str], _text: str) -> bool:
 
 # `"jroe:s3cret"` handed to a Base64 encoder for a basic-auth header (`encodeToString("jroe:...".getBytes())`,
 # `base64.b64encode(b"jroe:...")`, `btoa("jroe:...")`).
-_USER_COLON_SECRET = re.compile(r"""(?<=["'])[\w.@+\-]{1,64}:([^"'\s:/]{4,128})(?=["'])""")
-_ENCODER_BEFORE = re.compile(r"(?i)(?:base64|b64encode|btoa|encode\w*|basic)[^\n]{0,60}$")
+# Or assigned to a name that says what it is: `String auth = "jroe:..."`, `userpass = "jroe" + ":" + "..."`.
+_USER_COLON_SECRET = re.compile(r"""(?<=["'`])[\w.@+\-]{1,64}:([^"'`\s:/]{4,128})(?=["'`])""")
+_ENCODER_BEFORE = re.compile(
+    r"(?i)(?:base64|b64encode|btoa|encode\w*|basic)[^\n]{0,60}$"
+    r"|(?<![\w.])(?:auth|user_?pass|credentials?|basic_?auth)\w*[ \t]*=[ \t]*[\"'`]$"
+)
 # ... or joined there: `("jroe" + ":" + "...")`, `"jroe:" + "..."`.
 _JOINED_SECRET = re.compile(r"""["'][^"'\n]{0,64}:["'][ \t]*\+[ \t]*["']([^"'\s]{4,128})["']""")
 
@@ -555,7 +612,7 @@ PASSWORD_RULES = [
         ((1, PASSWORD),),
         0.8,
         _encoded_credentials,
-        keywords=("base64", "b64encode", "btoa", "encode", "basic"),
+        keywords=("base64", "b64encode", "btoa", "encode", "basic", "auth", "userpass", "user_pass", "credential"),
     ),
     Rule(
         "encoded_credentials",
@@ -563,7 +620,7 @@ PASSWORD_RULES = [
         ((1, PASSWORD),),
         0.8,
         _encoded_credentials,
-        keywords=("base64", "b64encode", "btoa", "encode", "basic"),
+        keywords=("base64", "b64encode", "btoa", "encode", "basic", "auth", "userpass", "user_pass", "credential"),
     ),
     Rule(
         "credential_argument",
@@ -571,12 +628,25 @@ PASSWORD_RULES = [
         ((0, PASSWORD),),
         0.8,
         _credential_argument,
-        keywords=("auth", "basic", "credential", "login", "logon", "sign", "bind", "connect", "pdo", "pass", "pwd"),
+        keywords=(
+            "auth",
+            "basic",
+            "credential",
+            "login",
+            "logon",
+            "sign",
+            "bind",
+            "connect",
+            "pdo",
+            "mysqli",
+            "pass",
+            "pwd",
+        ),  # fmt: skip
     ),
     Rule(
         "cli_credentials",
         _CLI_CREDENTIALS,
-        tuple((group, PASSWORD) for group in range(1, 9)),
+        tuple((group, PASSWORD) for group in range(1, _CLI_CREDENTIALS.groups + 1)),
         0.8,
         _last_value,
         keywords=(
@@ -591,6 +661,16 @@ PASSWORD_RULES = [
             "pgpassword",
             "mysql_pwd",
             "rediscli_auth",
+            "mongo",
+            "htpasswd",
+            "rabbitmqctl",
+            "chpasswd",
+            "ldap",
+            "login",
+            "snmp",
+            "pass:",
+            "storepass",
+            "keypass",
         ),
     ),  # fmt: skip
     Rule(
@@ -601,17 +681,64 @@ PASSWORD_RULES = [
         _last_value,
         keywords=("pass", "pwd"),
     ),
+    Rule("xml_password", _SERVLET_PASSWORD, ((1, PASSWORD),), 0.8, _last_value, anchor="<param-name>"),
     Rule("netrc_password", _NETRC, ((1, PASSWORD),), 0.8, _last_value, keywords=("password",)),
+    Rule(
+        "sql_password",
+        _SQL_PASSWORD,
+        ((1, PASSWORD), (2, PASSWORD), (3, PASSWORD)),
+        0.8,
+        _last_value,
+        keywords=("identified", "password"),
+    ),
+    Rule(
+        "directive_password",
+        _DIRECTIVE_PASSWORD,
+        ((1, PASSWORD), (2, PASSWORD), (3, PASSWORD)),
+        0.8,
+        _last_value,
+        keywords=("requirepass", "masterauth", "password", "passwd"),
+    ),
+    Rule(
+        "dsn_password",
+        _DSN_PASSWORD,
+        ((1, PASSWORD), (2, PASSWORD)),
+        0.8,
+        _last_value,
+        keywords=("@tcp(", "@unix(", "jdbc:oracle"),
+    ),
 ]
 
-# `--secret-key <key>`, `--access-key=<key>` on command lines (s3cmd, minio's mc).
+# `--secret-key <key>`, `--access-key=<key>` on command lines (s3cmd, minio's mc), `--account-key <key>` (az).
 _CLI_KEY = re.compile(
-    r"(?i)(?<![\w-])--(?:aws-)?(?:secret|access)[-_]?(?:access[-_]?)?key(?:[-_]id)?(?:=|[ \t]+)[\"']?"
+    r"(?i)(?<![\w-])--(?:aws-)?(?:secret|access|account|storage)[-_]?(?:access[-_]?)?key(?:[-_]id)?(?:=|[ \t]+)[\"']?"
     r"([A-Za-z0-9+/=_\-]{16,128})[\"']?(?=[\s;|&)]|$)"
 )
 
+# AWS's secret access key (40 characters of base64) after its name, in any syntax: a credentials file's
+# `aws_secret_access_key = ...`, `aws_secret_access_key="..."` in a call, `AWS_SECRET_ACCESS_KEY: ...` in YAML.
+_AWS_SECRET = re.compile(
+    r"(?i)\baws_?secret_?access_?key\b[\"']?[ \t]*(?:=|:|=>|,)[ \t]*[\"']?([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"
+)
+# A random literal after the first argument of a call that builds a credential: Azure's
+# `NewSharedKeyCredential("acct", "...")`, `new StorageSharedKeyCredential(acct, "...")`, AWS's
+# `new BasicAWSCredentials("AKIA...", "...")`, minio's `credentials.NewStaticV4("id", "...", "")`.
+_CREDENTIAL_CALL_BEFORE = re.compile(
+    r"(?i)\b(?!\w*(?:password|basic))\w*(?:credentials?|staticv[24])[ \t]*\([ \t]*"
+    r"(?:[bu]?[\"'][^\"'\n]{1,80}[\"']|[$@]?[\w.\->]{1,80})"
+    r"[ \t]*,[ \t]*[bu]?[\"']$"
+)
+_QUOTED_TOKEN = re.compile(r"""(?<=["'`])[A-Za-z0-9+/=_\-.~]{20,}(?=["'`])""")
+
+
+def _credential_key(match: re.Match[str], text: str) -> bool:
+    return _token_literal(match.group(0)) and _preceded_by(_CREDENTIAL_CALL_BEFORE, match.start(), text, 200)
+
+
 KEY_RULES = [
     Rule("cli_key", _CLI_KEY, ((1, KEY),), 0.8, _random_value, keywords=("-key",)),
+    Rule("aws_secret_key", _AWS_SECRET, ((1, KEY),), 0.9, _random_value, keywords=("secret_access", "secretaccess")),
+    Rule("credential_key", _QUOTED_TOKEN, ((0, KEY),), 0.8, _credential_key, keywords=("credential", "staticv")),
     Rule("account_key", _ACCOUNT_KEY, ((1, KEY),), 0.9, _random_value, anchor=("AccountKey=", "SharedAccess")),
     Rule(
         "session_cookie",

@@ -276,7 +276,8 @@ _ASSIGN = r"""["'`]?\]?[ \t]*(?::=|=>|[=!]==?|=|:)[ \t]*[rbuf]?["'`]"""
 _KEY_WORDS = (
     r"(?:api[_\-.]?key|apikey|secret(?:[_\-.]?key)?|access[_\-.]?key|auth[_\-.]?(?:key|token)|"
     r"access[_\-.]?token|refresh[_\-.]?token|bearer|client[_\-.]?secret|private[_\-.]?key|token|"
-    r"consumer[_\-.]?(?:key|secret)|app[_\-.]?secret|signing[_\-.]?key|encryption[_\-.]?key)"
+    r"consumer[_\-.]?(?:key|secret)|app[_\-.]?secret|signing[_\-.]?key|encryption[_\-.]?key|"
+    r"(?:storage|account|master|shared)[_\-.]?key)"
 )
 # `API_KEY = "..."`, `"client_secret": "..."`, `token: '...'`: a quoted value of 16 key characters or more
 # (found fast: it starts with a quote), then a key-like name assigned right before it.
@@ -337,7 +338,11 @@ def _bearer_value(match: re.Match[str], text: str) -> bool:
 _PASSWORD_WORDS = r"(?:password|passwd|passwrd|passphrase|pwd|db[_\-.]?pass|pass|bind_?pw)"
 # `password = "..."`: a quoted value, then a password-like name assigned right before it.
 _QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{3,128}(?=["'`])""")
-_PASSWORD_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9]){_PASSWORD_WORDS}[\w\-]*{_ASSIGN}$")
+# The name starts with a password's word, or a camelCase name ends with it (`dbPassword`, `userPass`, `smtpPwd`).
+_PASSWORD_NAME_BEFORE = re.compile(
+    rf"(?:(?i:(?<![a-z0-9]){_PASSWORD_WORDS})|(?<=[a-z0-9])(?:Pass(?:word|wd|wrd|phrase)?|Pwd|PASS(?:WORD|WD)?|PWD))"
+    rf"(?i:[\w\-]*{_ASSIGN})$"
+)
 _CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")  # `USER_PASSWORD_AUTH = "USER_PASSWORD_AUTH"`: an enum, not a secret
 
 
@@ -348,7 +353,7 @@ _SHORT_SECRET_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9])(?:[\w\-]*_)?(?:secre
 def _password_value(match: re.Match[str], text: str) -> bool:
     """Assigned to a password's name; or to a `secret` and shorter than a key (a device's enable secret)."""
     value, start = match.group(0), match.start()
-    if _CONSTANT.fullmatch(value):
+    if _CONSTANT.fullmatch(value) or value.startswith(("/", "~/", "./")):  # `passwd_path = "/etc/passwd"`
         return False
     if _preceded_by(_PASSWORD_NAME_BEFORE, start, text, 64):
         return True
@@ -370,30 +375,42 @@ def _url_key(match: re.Match[str], _text: str) -> bool:
     )
 
 
-# `scheme://user:password@host` (databases, brokers, basic auth in URLs).
-_CONNECTION = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{0,64}):([^@/\s'\"<>{}:]{3,128})@[\w.\-\[\]]+")
+# `scheme://user:password@host` (databases, brokers, basic auth in URLs); the host may be a template's
+# placeholder (`https://u:...@${host}/`).
+_CONNECTION = re.compile(
+    r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{0,64}):([^/\s'\"<>{}]{3,128})@(?:[\w.\-\[\]]|\$\{)+"
+)  # the password runs to the last `@`, as URL parsers split it
 
 
 def _config_line(words: str, value: str) -> re.Pattern[str]:
     """A whole `NAME=value` / `name: value` line of a config file (.env, INI, YAML, properties) whose NAME
-    contains one of `words`; group 1 is the unquoted value."""
-    return re.compile(rf"(?im)^[ \t]*(?:export[ \t]+)?[\w.\-]*{words}[\w.\-]*[ \t]*[=:][ \t]*({value})[ \t]*$")
+    contains one of `words`, perhaps with a comment after a blank (`# ...`, `; ...`); group 1 is the unquoted
+    value."""
+    return re.compile(
+        rf"(?im)^[ \t]*(?:export[ \t]+)?[\w.\-]*{words}[\w.\-]*[ \t]*[=:][ \t]*({value})(?:[ \t]+[#;][^\n]*)?[ \t]*$"
+    )
 
 
-_CONFIG_PASSWORD = _config_line(rf"(?:{_PASSWORD_WORDS}|secret)", r"[^\s\"'#;,(){}\[\]$%<>]{3,}")
+# A strong password holds symbols (`Xk#9$mP!q2`, `S3cr3t%42`): the value is the whole unquoted token, unless it
+# opens like a reference (`$DB_PASS`, `${db.password}`, `%(password)s`, `<password>`, `[...]`, `(...)`).
+_CONFIG_PASSWORD = _config_line(rf"(?:{_PASSWORD_WORDS}|secret)", r"[^\s\"'#;,(){}\[\]$%<>][^\s\"']{2,127}")
+_REFERENCE = re.compile(r"\$[{(]|\{\{|%\(|^[\w.]+\(.*\)$")  # `...${HOME}...`, `{{ x }}`, `get_password()`
 
 
 def _config_password(match: re.Match[str], _text: str) -> bool:
     """A `secret` of 16 characters or more is a key (`SECRET_KEY=...`, the key rule's), shorter a password."""
     name = match.group(0)[: match.start(1) - match.start(0)].lower()
+    if _REFERENCE.search(match.group(1)):
+        return False
     return "secret" not in name or re.search(_PASSWORD_WORDS, name) is not None or len(match.group(1)) < 16
 
 
 # Outside config files: `SA_PASSWORD=...` in a shell line, `password=...` in a docs' config snippet, `?pass=...`
-# in a URL, the value unquoted right after `=`. Only values with a digit or a symbol and no code shape: not
-# `password=password`, `password=self.password`, `password=get(...)`.
+# in a URL, `Password=...;` in a connection string, the value unquoted right after `=` (symbols and all). Only
+# values with a digit or a symbol and no code shape: not `password=password`, `password=self.password`,
+# `password=get(...)`, `password=${PASS}`.
 _ENV_PASSWORD = re.compile(
-    rf"(?im)(?<![\w-])[\w\-]*?{_PASSWORD_WORDS}[\w\-]*=([^\s\"'`#;,&(){{}}\[\]$%<>\\][^\s\"'`#;,&(){{}}\[\]%<>\\]{{5,127}})"
+    rf"(?im)(?<![\w-])[\w\-]*?{_PASSWORD_WORDS}[\w\-]*=([^\s\"'`#;,&(){{}}\[\]$%<>\\][^\s\"'`;,&{{}}\[\]<>\\]{{5,127}})"
     r"(?=[\s\"'`&;,\\]|$)"
 )
 _ENV_KEY = re.compile(rf"(?im)(?<![\w-])[\w.\-]*?{_KEY_WORDS}[\w.\-]*=([A-Za-z0-9+/=_\-.~]{{16,}})(?=[\s\"'`&;,\\]|$)")
@@ -432,7 +449,7 @@ _SIGNING_CALL_BEFORE = re.compile(
 )  # and a random literal handed to a signed-cookie or signer helper: `SignedCookieSessionFactory("...")`
 # `--password <value>` on a command line (`napalm --user u --password ...`, `mysql --password=...`).
 _CLI_PASSWORD = re.compile(
-    r"(?<![\w-])--pass(?:word|wd)?(?:=|[ \t]+)(?!-)([^\s\"'`$<>{}]{6,128})(?=[\s\"'`;]|$)", re.M
+    r"(?<![\w-])--pass(?:word|wd)?(?:=|[ \t]+)(?![-$])([^\s\"'`<>{}]{6,128})(?=[\s\"'`;]|$)", re.M
 )
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _CONFIG_KEY = _config_line(_KEY_WORDS, r"[A-Za-z0-9+/=_\-.~]{16,}")
@@ -481,7 +498,11 @@ def _signing_key(match: re.Match[str], text: str) -> bool:
 def _env_password(match: re.Match[str], _text: str) -> bool:
     """A digit or a symbol, and no code's shape (`key_password=key_password`, `password=self.password`)."""
     value = match.group(1)
-    return any(not c.isalpha() and c != "_" for c in value) and not _DOTTED_NAME.fullmatch(value)
+    return (
+        any(not c.isalpha() and c != "_" for c in value)
+        and not _DOTTED_NAME.fullmatch(value)
+        and not _REFERENCE.search(value)
+    )
 
 
 # --- person names -------------------------------------------------------------------------------------------
