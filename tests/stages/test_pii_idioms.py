@@ -165,11 +165,52 @@ SECRET = "Hq7#pLm2x"
         "snmpwalk -v3 -u admin -l authPriv -a SHA -A {s} host",
         "openssl pkcs12 -export -passout pass:{s} -out x.p12",
         "keytool -genkey -alias x -storepass {s}",
+        # arguments on lines of their own, and credentials after a user further on
+        'Connection c = DriverManager.getConnection(\n    "jdbc:mysql://db/app",\n    "app",\n    "{s}");',
+        'HttpAuthenticationFeature.basic(\n        "admin",\n        "{s}");',
+        'auth = (\n    "admin",\n    "{s}",\n)',
+        "<password>\n    {s}\n</password>",
+        'auth := smtp.PlainAuth("", "jroe@mail.internal", "{s}", "smtp.internal")',
+        "ftp = FTP('ftp.internal', 'jroe', '{s}')",
+        "ldap_bind($ds, 'cn=admin,dc=x', '{s}');",
+        'client.Credentials = new NetworkCredential("jroe", "{s}");',
+        "$ua->credentials('x.org:80', 'realm', 'jroe', '{s}');",
+        'curl_setopt($ch, CURLOPT_USERPWD, "jroe:{s}");',
+        'env.put(Context.SECURITY_CREDENTIALS, "{s}");',
+        'String[] creds = {{"jroe", "{s}"}};',
     ],
 )
 def test_passwords_handed_to_auth_and_connect_calls_command_lines_and_configs(detector, template):
     text = template.format(s=SECRET) + "\n"
     assert ("PASSWORD", SECRET) in found(detector, text), text
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["$9ZNsEC(VC", "@37BaToox2OZIKq1", "%NCDm)(O#Cc+dTlz&624", "x&6nBir4", "Xk9mP2q7Lw4Zr8Tn3Vb6Yc", "k=9mP2q7Lw"],
+)
+@pytest.mark.parametrize(
+    "template",
+    [
+        "spring.datasource.password={s}",
+        "export DB_PASS={s}",
+        'var cs = "Server=db;Database=app;User Id=sa;Password={s};";',
+        'headers.setBasicAuth("admin", "{s}");',
+        "<password>{s}</password>",
+        "curl -u admin:{s} https://ci.internal.net/api",
+    ],
+)
+def test_passwords_of_every_shape_a_generator_makes(detector, template, secret):
+    """Symbols where a reference would open (`$`, `@`, `%`), `&`, `=`, twenty random characters: still passwords."""
+    text = template.format(s=secret) + "\n"
+    assert ("PASSWORD", secret) in found(detector, text), text
+
+
+def test_a_url_query_and_references_end_or_void_the_value(detector):
+    got = found(detector, "jdbc:mysql://db/app?user=app&password=Hq7#pLm2x&useSSL=true\n")
+    assert ("PASSWORD", "Hq7#pLm2x") in got
+    for text in ("password=$(cat /run/secrets/db)", "DB_PASSWORD=%DB_PASSWORD%", "spring.datasource.password=${DB}"):
+        assert not any(entity == "PASSWORD" for entity, _ in found(detector, text + "\n")), text
 
 
 def test_azure_account_keys_and_session_cookies(detector):

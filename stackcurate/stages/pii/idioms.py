@@ -41,6 +41,7 @@ from stackcurate.stages.pii.recognizers import (
     _preceded_by,
     _tld_extract,
     _token_literal,
+    is_reference,
 )
 from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, english_words
 
@@ -442,29 +443,34 @@ EMAIL_RULES = [
 
 _ARGUMENT = r"""(?:[bu]?["'][^"'\n]{0,120}["']|[$@]?[\w.\->:\[\]]{1,80}(?:\(\))?)"""
 # The value (the quote before it is where the match starts) is the second argument of a call whose name
-# says it authenticates (Ruby's without parentheses too): `setBasicAuth("u", "...")`, `basic_auth 'u', '...'`,
-# `new UsernamePasswordCredentials("u", "...")`, `Credentials.basic("u", "...")`, `->auth('u', '...')`,
-# `smtp.login(user, "...")`, `ldap.bind(dn, "...")`.
+# says it authenticates (Ruby's without parentheses too, the arguments perhaps on lines of their own):
+# `setBasicAuth("u", "...")`, `basic_auth 'u', '...'`, `new UsernamePasswordCredentials("u", "...")`,
+# `Credentials.basic("u", "...")`, `->auth('u', '...')`, `smtp.login(user, "...")`, `ldap.bind(dn, "...")`; or
+# the one after a quoted user further on: `smtp.PlainAuth("", "u", "...", host)`, `FTP(host, "u", "...")`,
+# `ldap_bind($ds, "dn", "...")`, `new NetworkCredential("u", "...")`, `$ua->credentials($net, $realm, "u", "...")`.
 _AUTH_CALL_BEFORE = re.compile(
-    r"(?i)(?:\w*basic_?auth\w*|\w*password_?(?:credentials|authentication)|(?<![\w])(?:basic|auth|login|logon|"
-    r"sign_?in|bind|simple_bind_s|authenticate|with_?basic_?auth|http_?auth))(?:[ \t]*\(|[ \t]+)[ \t]*"
-    + _ARGUMENT + r"""[ \t]*,[ \t]*[bu]?["']$"""
+    r"(?i)(?:(?:\w*basic_?auth\w*|\w*password_?(?:credentials|authentication)|(?<![\w])(?:basic|auth|login|logon|"
+    r"sign_?in|bind|simple_bind_s|authenticate|with_?basic_?auth|http_?auth))(?:[ \t]*\(|[ \t]+)\s*"
+    + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""
+    r"|(?:\w*auth|\w*login|\w+_bind|\w*credentials?|ftp(?:_tls)?|smtp(?:_ssl)?|imap4(?:_ssl)?|pop3)"
+    r"[ \t]*\(\s*(?:" + _ARGUMENT + r"""\s*,\s*){0,3}[bu]?["'][^"'\n]{1,80}["']\s*,\s*[bu]?["']$)"""
 )  # fmt: skip
 # ... or the third of a database connect call: `DriverManager.getConnection(url, "u", "...")`,
 # `DBI->connect($dsn, "u", "...")`, `mysqli_connect("host", "u", "...")`, `new PDO($dsn, 'u', '...')`,
 # `new mysqli("host", "u", "...", "db")`.
 _CONNECT_CALL_BEFORE = re.compile(
-    r"(?i)(?:(?:->|\.|(?<![\w]))connect|getconnection|\w+_connect|dbconnect|new[ \t]+(?:pdo|mysqli))[ \t]*\([ \t]*"
-    + r"(?:" + _ARGUMENT + r"[ \t]*,[ \t]*){1,3}" + r"""[bu]?["'][^"'\n]{1,64}["'][ \t]*,[ \t]*[bu]?["']$"""
+    r"(?i)(?:(?:->|\.|(?<![\w]))connect|getconnection|\w+_connect|dbconnect|new[ \t]+(?:pdo|mysqli))[ \t]*\(\s*"
+    + r"(?:" + _ARGUMENT + r"\s*,\s*){1,3}" + r"""[bu]?["'][^"'\n]{1,64}["']\s*,\s*[bu]?["']$"""
 )  # fmt: skip
 _QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{4,128}(?=["'`])""")
 # ... or what a setter or builder of a password takes (`ds.setPassword("...")`, `.withPassword("...")`,
 # `.password("...")`), or the value after a password's key (`props.setProperty("mail.smtp.password", "...")`,
-# `config.put("password", "...")`, `Map.of("password", "...")`).
+# `config.put("password", "...")`, `Map.of("password", "...")`, `env.put(Context.SECURITY_CREDENTIALS, "...")`).
 _PASSWORD_SETTER_BEFORE = re.compile(
     r"(?i)(?:\bset\w*?|\.with|\.)(?:password|passwd|passphrase|pwd)[ \t]*\([ \t]*"
     r"(?:new[ \t]+String\([ \t]*)?[bu]?[\"']$"
     r"""|\([ \t]*["'][\w.\-]*(?:password|passwd|passphrase|pwd)["'][ \t]*,[ \t]*[bu]?["']$"""
+    r"""|\([ \t]*[\w.]*(?-i:PASSWORD|PASSWD|CREDENTIALS)[ \t]*,[ \t]*[bu]?["']$"""
     r"""|\bnew[ \t]+Password\([ \t]*["']$|\bCredential\.getCredential\([ \t]*["']$"""  # Jetty's
 )
 
@@ -474,7 +480,7 @@ _SETTING = re.compile(r"[A-Za-z_][\w.\-]+=|[^;]*=[^;]*;")
 
 
 def _credential_argument(match: re.Match[str], text: str) -> bool:
-    value, before = match.group(0), text[max(0, match.start() - 12) : match.start() - 1].rstrip(" \t\rbu")
+    value, before = match.group(0), text[max(0, match.start() - 24) : match.start() - 1].rstrip(" \t\r\nbu")
     if not before.endswith(("(", ",")):  # an argument: right after `(` or `,`
         return False
     # any shape a password takes (a long random one too: it is in a password's place), but not a URL or a
@@ -504,23 +510,23 @@ _CLI_CREDENTIALS = re.compile(
     r"|\blftp\b[^\n]*?-u[ \t]+[\"']?[^\s,\"']{1,64},([^\s\"']{4,128})[\"']?(?=\s|$)"
     r"|\bsmbclient\b[^\n]*?-U[ \t]+[\"']?[^\s%\"']{1,64}%([^\s\"']{4,128})[\"']?(?=\s|$)"
     r"|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mariadb|mariadb-dump)\b[^\n]*?[ \t]-p"
-    r"(?:([^\s\"'$-][^\s\"']{3,127})|\"([^\s\"$]{4,128})\"|'([^\s'$]{4,128})')(?=\s|$)"
-    r"|\bmysqladmin\b[^\n]*?[ \t]password[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|\bmongo(?:sh|dump|restore|import|export|stat|top)?\b[^\n]*?[ \t]-p[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?"
+    r"(?:([^\s\"'-][^\s\"']{3,127})|\"([^\s\"]{4,128})\"|'([^\s']{4,128})')(?=\s|$)"
+    r"|\bmysqladmin\b[^\n]*?[ \t]password[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|\bmongo(?:sh|dump|restore|import|export|stat|top)?\b[^\n]*?[ \t]-p[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?"
     r"(?=\s|$)"
-    r"|\bhtpasswd\b[^\n]*?[ \t]-\w*b\w*(?:[ \t]+-\w+)*[ \t]+\S+[ \t]+\S+[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?"
+    r"|\bhtpasswd\b[^\n]*?[ \t]-\w*b\w*(?:[ \t]+-\w+)*[ \t]+\S+[ \t]+\S+[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?"
     r"(?=\s|$)"
-    r"|\brabbitmqctl\b[^\n]*?[ \t](?:add_user|change_password)[ \t]+\S+[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})"
+    r"|\brabbitmqctl\b[^\n]*?[ \t](?:add_user|change_password)[ \t]+\S+[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})"
     r"[\"']?(?=\s|$)"
-    r"|[\"']?[\w.\-]{1,32}:([^\s\"':$]{4,128})[\"']?[ \t]*\|[ \t]*(?:sudo[ \t]+)?chpasswd\b"
-    r"|\bldap\w*\b[^\n]*?[ \t]-w[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|[\"']?[\w.\-]{1,32}:([^\s\"':]{4,128})[\"']?[ \t]*\|[ \t]*(?:sudo[ \t]+)?chpasswd\b"
+    r"|\bldap\w*\b[^\n]*?[ \t]-w[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
     r"|\b(?:docker|podman|buildah|helm|skopeo)\b[^\n]*?\blogin\b[^\n]*?[ \t]-p[ \t]+"
-    r"[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|\bsnmp\w*\b[^\n]*?[ \t]-[AX][ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|\bsnmp\w*\b[^\n]*?[ \t]-[AX][ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
     r"|(?<![\w-])-pass(?:in|out)?[ \t]+[\"']?pass:([^\s\"'$][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|(?<![\w-])-(?:src|dest)?(?:store|key)pass[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|\bsshpass\b[^\n]*?[ \t]-p[ \t]*[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|\bredis-cli\b[^\n]*?[ \t]-a[ \t]+[\"']?([^\s\"'$-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|(?<![\w-])-(?:src|dest)?(?:store|key)pass[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|\bsshpass\b[^\n]*?[ \t]-p[ \t]*[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|\bredis-cli\b[^\n]*?[ \t]-a[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
     r"|(?<![\w-])--(?:http-|ftp-|proxy-|db-)?password[ \t]*=?[ \t]*[\"']([^\s\"'$<>{}]{4,128})[\"']"
     r"|(?<![\w-])(?:PGPASSWORD|MYSQL_PWD|REDISCLI_AUTH|SSHPASS)=[\"']([^\s\"'$]{4,128})[\"']"
     r")"
@@ -528,7 +534,7 @@ _CLI_CREDENTIALS = re.compile(
 # XML: `<password>...</password>` (any element named for a password or secret), `<property name="db.password"
 # value="..."/>`, `<entry key="password">...</entry>`, `<param name="password" value="..."/>`.
 _XML_PASSWORD = re.compile(
-    r"(?i)<([\w:.\-]*(?:password|passwd|pwd|passphrase))>[ \t]*([^<>\s]{4,128})[ \t]*</\1>"
+    r"(?i)<([\w:.\-]*(?:password|passwd|pwd|passphrase))>\s*([^<>\s]{4,128})\s*</\1>"
     r"|(?i:name|key)=[\"'][\w.\-]*(?:password|passwd|pwd|passphrase)[\"'](?:[ \t]+value=[\"']([^\"'\s]{4,128})[\"']"
     r"|[ \t]*>[ \t]*([^<>\s]{4,128})[ \t]*<)"
 )
@@ -555,7 +561,7 @@ _SQL_PASSWORD = re.compile(
 _DIRECTIVE_PASSWORD = re.compile(
     r"(?im)^[ \t]*(?:(?:requirepass|masterauth)[ \t]+[\"']?([^\s\"']{4,128})[\"']?"
     r"|(?:password|passwd)[ \t]+[\"']([^\s\"']{4,128})[\"']"
-    r"|(?:ENV[ \t]+[\w\-]*|[\w\-]+\.[\w.\-]*)(?:password|passwd|pwd)[\w.\-]*[ \t]+([^\s\"'=:$%{<*&(][^\s\"']{3,127}))"
+    r"|(?:ENV[ \t]+[\w\-]*|[\w\-]+\.[\w.\-]*)(?:password|passwd|pwd)[\w.\-]*[ \t]+([^\s\"'=:{<*&][^\s\"']{3,127}))"
     r"[ \t]*;?\r?$"
 )
 # A DSN's `user:password@` before Go's MySQL driver's protocol (`"root:...@tcp(127.0.0.1:3306)/db"`), and an
@@ -575,9 +581,8 @@ _SESSION_COOKIE = re.compile(
 
 
 def _secret_shaped(value: str) -> bool:
-    """A digit or a symbol, and not a variable (`$PASS`, `%(password)s`, `${db.password}`, `<password>`, SQL's
-    bind parameters `:pass`, `@pass`, `?`)."""
-    return not value.startswith(("$", "%", "{", "<", ":", "@", "?")) and any(not c.isalpha() for c in value)
+    """A digit or a symbol, and not a reference (`$PASS`, `%(password)s`, `<password>`, `:pass`: `is_reference`)."""
+    return not is_reference(value) and any(not c.isalpha() for c in value)
 
 
 def _last_value(match: re.Match[str], _text: str) -> bool:
@@ -594,7 +599,7 @@ def _random_value(match: re.Match[str], _text: str) -> bool:
 # Or assigned to a name that says what it is: `String auth = "jroe:..."`, `userpass = "jroe" + ":" + "..."`.
 _USER_COLON_SECRET = re.compile(r"""(?<=["'`])[\w.@+\-]{1,64}:([^"'`\s:/]{4,128})(?=["'`])""")
 _ENCODER_BEFORE = re.compile(
-    r"(?i)(?:base64|b64encode|btoa|encode\w*|basic)[^\n]{0,60}$"
+    r"(?i)(?:base64|b64encode|btoa|encode\w*|basic|userpwd)[^\n]{0,60}$"
     r"|(?<![\w.])(?:auth|user_?pass|credentials?|basic_?auth)\w*[ \t]*=[ \t]*[\"'`]$"
 )
 # ... or joined there: `("jroe" + ":" + "...")`, `"jroe:" + "..."`.
@@ -612,7 +617,18 @@ PASSWORD_RULES = [
         ((1, PASSWORD),),
         0.8,
         _encoded_credentials,
-        keywords=("base64", "b64encode", "btoa", "encode", "basic", "auth", "userpass", "user_pass", "credential"),
+        keywords=(
+            "base64",
+            "b64encode",
+            "btoa",
+            "encode",
+            "basic",
+            "auth",
+            "userpass",
+            "user_pass",
+            "credential",
+            "userpwd",
+        ),
     ),
     Rule(
         "encoded_credentials",
@@ -620,7 +636,18 @@ PASSWORD_RULES = [
         ((1, PASSWORD),),
         0.8,
         _encoded_credentials,
-        keywords=("base64", "b64encode", "btoa", "encode", "basic", "auth", "userpass", "user_pass", "credential"),
+        keywords=(
+            "base64",
+            "b64encode",
+            "btoa",
+            "encode",
+            "basic",
+            "auth",
+            "userpass",
+            "user_pass",
+            "credential",
+            "userpwd",
+        ),
     ),
     Rule(
         "credential_argument",
@@ -641,7 +668,12 @@ PASSWORD_RULES = [
             "mysqli",
             "pass",
             "pwd",
+            "ftp",
+            "smtp",
+            "imap",
+            "pop3",
         ),  # fmt: skip
+        follow=3,  # `getConnection(\n url,\n "u",\n "...")`
     ),
     Rule(
         "cli_credentials",
@@ -680,6 +712,7 @@ PASSWORD_RULES = [
         0.8,
         _last_value,
         keywords=("pass", "pwd"),
+        follow=2,  # `<password>\n  ...\n</password>`
     ),
     Rule("xml_password", _SERVLET_PASSWORD, ((1, PASSWORD),), 0.8, _last_value, anchor="<param-name>"),
     Rule("netrc_password", _NETRC, ((1, PASSWORD),), 0.8, _last_value, keywords=("password",)),

@@ -57,6 +57,8 @@ class Rule:
         one_line: The regex never matches across lines, and every match holds `anchor`: it runs only on the
             lines that hold the anchor (a regex opening with a lookbehind or a character class is still slow
             on a file that holds an `@` somewhere).
+        follow: With `keywords`, the regex also runs on this many lines after each keyword line, and its
+            matches may cross them: a call's arguments or an element's value on the lines below its name.
     """
 
     name: str
@@ -68,6 +70,7 @@ class Rule:
     anchor: str | tuple[str, ...] | re.Pattern[str] | None = None
     keywords: tuple[str, ...] = ()
     one_line: bool = False
+    follow: int = 0
 
     def __post_init__(self) -> None:
         assert self.refine is None or self.check is None, f"rule {self.name}: refine and check do not mix"
@@ -97,7 +100,7 @@ class RegexRecognizer(EntityRecognizer):
             if rule.keywords:
                 low = lowered(text) if low is None else low
                 matches: Iterator[re.Match[str]] = _matches_on_lines(
-                    rule.regex, text, lines_with(text, low, rule.keywords)
+                    rule.regex, text, lines_with(text, low, rule.keywords), rule.follow
                 )
             elif rule.one_line:
                 assert rule.anchor is not None
@@ -139,11 +142,25 @@ def _has_anchor(anchor: str | tuple[str, ...] | re.Pattern[str], text: str) -> b
     return anchor.search(text) is not None
 
 
-def _matches_on_lines(regex: re.Pattern[str], text: str, starts: list[int]) -> Iterator[re.Match[str]]:
-    """`regex`'s matches on the lines of `text` that start at `starts` (in order), in text order."""
+def _matches_on_lines(
+    regex: re.Pattern[str], text: str, starts: list[int], follow: int = 0
+) -> Iterator[re.Match[str]]:
+    """`regex`'s matches on the lines of `text` that start at `starts` (in order), in text order; with `follow`,
+    on each of those lines and the `follow` lines after it, read as one range (ranges that meet are merged)."""
+    ranges: list[list[int]] = []
     for start in starts:
-        end = text.find("\n", start)
-        yield from regex.finditer(text, start, len(text) if end < 0 else end)
+        end = start
+        for _ in range(follow + 1):
+            end = text.find("\n", end + 1 if end > start else end)
+            if end < 0:
+                end = len(text)
+                break
+        if ranges and start <= ranges[-1][1]:
+            ranges[-1][1] = max(ranges[-1][1], end)
+        else:
+            ranges.append([start, end])
+    for start, end in ranges:
+        yield from regex.finditer(text, start, end)
 
 
 def _anchor_lines(anchor: str | tuple[str, ...] | re.Pattern[str], text: str) -> list[int]:
@@ -391,16 +408,24 @@ def _config_line(words: str, value: str) -> re.Pattern[str]:
     )
 
 
-# A strong password holds symbols (`Xk#9$mP!q2`, `S3cr3t%42`): the value is the whole unquoted token, unless it
-# opens like a reference (`$DB_PASS`, `${db.password}`, `%(password)s`, `<password>`, `[...]`, `(...)`).
-_CONFIG_PASSWORD = _config_line(rf"(?:{_PASSWORD_WORDS}|secret)", r"[^\s\"'#;,(){}\[\]$%<>][^\s\"']{2,127}")
-_REFERENCE = re.compile(r"\$[{(]|\{\{|%\(|^[\w.]+\(.*\)$")  # `...${HOME}...`, `{{ x }}`, `get_password()`
+# A strong password holds symbols (`Xk#9$mP!q2`, `$9ZNsEC(VC`): the value is the whole unquoted token, unless it
+# is a reference (`is_reference`) or opens a comment.
+_CONFIG_PASSWORD = _config_line(rf"(?:{_PASSWORD_WORDS}|secret)", r"[^\s\"'#;,{}\[\]<>][^\s\"']{2,127}")
+# What stands for a value rather than being one: a variable (`$PASS`, `${db.password}`, `$(cat f)`, `$opt{w}`), a
+# format or template slot (`%(password)s`, `%PASS%`, `{{ x }}`, `{password}`, `<password>`), a bind parameter
+# (`:pass`, `@pass`), a call (`get_password()`). A strong password may still open with `$`, `%` or `@`
+# (`$9ZNsEC(VC`, `@37BaToox2`).
+_REFERENCE = re.compile(r"^(?:\$[A-Za-z_{(]|%\(|%\w+%$|[{<]|[:@][A-Za-z_]\w*$|\?)|\$[{(]|\{\{|^[\w.]+\(.*\)$")
+
+
+def is_reference(value: str) -> bool:
+    return _REFERENCE.search(value) is not None
 
 
 def _config_password(match: re.Match[str], _text: str) -> bool:
     """A `secret` of 16 characters or more is a key (`SECRET_KEY=...`, the key rule's), shorter a password."""
     name = match.group(0)[: match.start(1) - match.start(0)].lower()
-    if _REFERENCE.search(match.group(1)):
+    if is_reference(match.group(1)):
         return False
     return "secret" not in name or re.search(_PASSWORD_WORDS, name) is not None or len(match.group(1)) < 16
 
@@ -408,9 +433,10 @@ def _config_password(match: re.Match[str], _text: str) -> bool:
 # Outside config files: `SA_PASSWORD=...` in a shell line, `password=...` in a docs' config snippet, `?pass=...`
 # in a URL, `Password=...;` in a connection string, the value unquoted right after `=` (symbols and all). Only
 # values with a digit or a symbol and no code shape: not `password=password`, `password=self.password`,
-# `password=get(...)`, `password=${PASS}`.
+# `password=get(...)`, `password=${PASS}`. A `&` ends the value where a URL's next parameter follows.
 _ENV_PASSWORD = re.compile(
-    rf"(?im)(?<![\w-])[\w\-]*?{_PASSWORD_WORDS}[\w\-]*=([^\s\"'`#;,&(){{}}\[\]$%<>\\][^\s\"'`;,&{{}}\[\]<>\\]{{5,127}})"
+    rf"(?im)(?<![\w-])[\w\-]*?{_PASSWORD_WORDS}[\w\-]*="
+    rf"([^\s\"'`#;,&{{}}\[\]<>\\](?:[^\s\"'`;,&{{}}\[\]<>\\]|&(?![\w.\-]+=)){{5,127}})"
     r"(?=[\s\"'`&;,\\]|$)"
 )
 _ENV_KEY = re.compile(rf"(?im)(?<![\w-])[\w.\-]*?{_KEY_WORDS}[\w.\-]*=([A-Za-z0-9+/=_\-.~]{{16,}})(?=[\s\"'`&;,\\]|$)")
@@ -422,7 +448,7 @@ _PASSWORD_CALL_BEFORE = re.compile(
     r"\b(?:make_password|check_password|generate_password_hash|check_password_hash|hashpw|checkpw|\w*Community\w*))"
     r"\([^()\n]{0,80}?(?:,[ \t]*)?[bu]?$"
 )
-_PAIR_WORDS = ("auth", "credential", "login", "authenticate")
+_PAIR_WORDS = ("auth", "credential", "creds", "login", "authenticate")
 _SIGNING_LIBRARY = (
     "jwt.",
     "jws.",
@@ -439,18 +465,16 @@ _SIGNING_LIBRARY = (
 # The second of a (user, secret) pair: `auth=("admin", "...")`, `basic_auth=(...)`, `credentials=(...)`,
 # `login("jroe", "...")`, `Auth.Login("jroe", "...")`, `HTTPBasicAuth("jroe", "...")`.
 _PAIR_BEFORE = re.compile(
-    r"(?i)(?:\b(?:\w*_)?(?:auth|credentials?)[ \t]*[=:][ \t]*[(\[]|"
+    r"(?i)(?:\b(?:\w*_)?(?:auth|credentials?|creds)(?:\[\])?[ \t]*[=:][ \t]*[(\[{]|"
     r"\b(?:login|authenticate|basicauth|httpbasicauth|httpdigestauth)[ \t]*\()"
-    r"""[ \t]*[bu]?["'][^"'\n]{1,80}["'][ \t]*,[ \t]*[bu]?$"""
-)
+    r"""\s*[bu]?["'][^"'\n]{1,80}["']\s*,\s*[bu]?$"""
+)  # the pair perhaps over lines of its own, or in an array: `String[] creds = {"jroe", "..."}`
 _SIGNING_CALL_BEFORE = re.compile(
     r"(?:\b(?:jwt|jws|jwe|jose|hmac)\.(?:encode|decode|sign|verify|new)\([^;]{0,300}|"
     r"\b\w*(?:Cookie\w*|SessionFactory|Signer|Serializer|Fernet|HMAC)\([ \t]*(?:secret[ \t]*=[ \t]*)?[bu]?[\"'])$"
 )  # and a random literal handed to a signed-cookie or signer helper: `SignedCookieSessionFactory("...")`
 # `--password <value>` on a command line (`napalm --user u --password ...`, `mysql --password=...`).
-_CLI_PASSWORD = re.compile(
-    r"(?<![\w-])--pass(?:word|wd)?(?:=|[ \t]+)(?![-$])([^\s\"'`<>{}]{6,128})(?=[\s\"'`;]|$)", re.M
-)
+_CLI_PASSWORD = re.compile(r"(?<![\w-])--pass(?:word|wd)?(?:=|[ \t]+)(?!-)([^\s\"'`<>{}]{6,128})(?=[\s\"'`;]|$)", re.M)
 _DOTTED_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _CONFIG_KEY = _config_line(_KEY_WORDS, r"[A-Za-z0-9+/=_\-.~]{16,}")
 
@@ -495,13 +519,18 @@ def _signing_key(match: re.Match[str], text: str) -> bool:
     )
 
 
+_CODE_VALUE = re.compile(r"[A-Za-z_][\w.]*\(|\(|/")  # `dict(type=...`, `os.environ.get(`, `(new_password)`, a path
+
+
 def _env_password(match: re.Match[str], _text: str) -> bool:
     """A digit or a symbol, and no code's shape (`key_password=key_password`, `password=self.password`)."""
     value = match.group(1)
     return (
         any(not c.isalpha() and c != "_" for c in value)
         and not _DOTTED_NAME.fullmatch(value)
-        and not _REFERENCE.search(value)
+        and not is_reference(value)
+        and not _CODE_VALUE.match(value)
+        and value.count(")") <= value.count("(")  # `password=password)`: the call's own parenthesis
     )
 
 
@@ -1067,7 +1096,9 @@ def code_recognizers() -> list[EntityRecognizer]:
                     _called_with_password,
                     keywords=("hash", "verify", "encrypt", "_password", "checkpw", "community"),
                 ),  # fmt: skip
-                Rule("paired_password", _QUOTED, ((0, PASSWORD),), 0.8, _paired_secret, keywords=_PAIR_WORDS),
+                Rule(
+                    "paired_password", _QUOTED, ((0, PASSWORD),), 0.8, _paired_secret, keywords=_PAIR_WORDS, follow=3
+                ),
                 Rule("url_key", _URL_KEY, ((1, KEY), (2, KEY)), 0.95, _url_key, anchor="://"),
                 Rule(
                     "connection_string", _CONNECTION, ((1, USERNAME), (2, PASSWORD)), 0.9, anchor="://", one_line=True
