@@ -487,3 +487,52 @@ def test_dotted_versions_and_anchors_are_not_addresses(detector, text, address):
 def test_a_placeholder_author_is_not_a_name(detector):
     text = "Authors:\n    A. Name\n"  # docutils' template of a bibliographic field list
     assert ("NAME", "A. Name") not in found(detector, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "handle"),
+    [
+        (" * @author kwataname", "kwataname"),
+        ("# Copyright (c) 2019-2021 kwataname <kw@mail.internal>", "kwataname"),
+        ("Author: qlindqvist", "qlindqvist"),
+        ("- Fix the parser (patch by zeriyoshi).", "zeriyoshi"),
+        ("Packaged: 2023-01-04 10:12:31 UTC; shaugland", "shaugland"),
+        ("s.authors = ['kwataname']", "kwataname"),
+    ],
+)
+def test_a_handle_where_a_name_goes(detector, text, handle):
+    assert ("USERNAME", handle) in found(detector, text + "\n")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "  regarding copyright ownership.  The ASF licenses this file",  # Apache's header: no year, no holder
+        "* `complete()` preserves grouping created by dplyr (#168).",
+        '\t\tAuthor:  "author",',
+        " * @author unknown",
+        "Packaged: 2023-01-04 10:12:31 UTC; root",
+        "- Update the docs. [skip ci]",
+    ],
+)
+def test_words_in_a_name_slot_are_no_handles(detector, text):
+    assert not any(entity == "USERNAME" for entity, _ in found(detector, text + "\n")), text
+
+
+def test_people_files_handles_in_tables_codeowners_and_after_addresses(detector):
+    assert is_people_file("CODEOWNERS") and is_people_file(".github/CODEOWNERS")
+    text = (
+        "| Sunniva Haugland | @shaugland | Acme |\n"
+        "* @kwataname\n/docs/ @acme/docs-team @qlindqvist\n"
+        "Torvald Ekblom <tekblom@riseup.net> [tekblom]\n"
+        "Marta Quiroga <mq@mail.internal> github: mquiroga\n"
+        "hvatanen: Heikki Vatanen\n"
+    )
+    got = found(detector, text, people=True)
+    handles = {"shaugland", "kwataname", "qlindqvist", "tekblom", "mquiroga", "hvatanen"}
+    assert {("USERNAME", h) for h in handles} <= got
+    assert ("USERNAME", "acme") not in got
+
+
+def test_a_closing_credit_in_brackets(detector):
+    assert ("USERNAME", "kwataname") in found(detector, "- Fix the lexer. [kwataname]\n")

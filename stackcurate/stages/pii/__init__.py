@@ -197,7 +197,7 @@ def is_config(path: str | None, extension: str | None, language: str | None) -> 
 # Files that list people, one a line (`AUTHORS`, `THANKS.md`, `CONTRIBUTORS.txt`, `MAINTAINERS`, `CREDITS-2.x`,
 # Debian's `THANKS.gz`, `.mailmap`): there a line that starts with a name, or is a handle, names a person whatever
 # follows it. In capitals any suffix goes; in lower case only a document's (`authors.py` is code).
-_PEOPLE_WORDS = r"(?:authors|thanks|contributors|contributers|maintainers|credits|owners|committers|people)"
+_PEOPLE_WORDS = r"(?:authors|thanks|contributors|contributers|maintainers|credits|(?:code)?owners|committers|people)"
 _PEOPLE_FILE = re.compile(
     rf"(?i:{_PEOPLE_WORDS}(?:\.(?:txt|md|rst|markdown|adoc|asciidoc|org|list|in))?|\.mailmap)"
     rf"|{_PEOPLE_WORDS.upper()}(?:[._\-][\w.\-]*)?"

@@ -34,6 +34,7 @@ from stackcurate.stages.pii.recognizers import (
     NameRecognizer,
     RegexRecognizer,
     Rule,
+    _credit_handle,
     _in_developer,
     _listed_handle,
     _looks_random,
@@ -281,6 +282,7 @@ def _spelled_address(value: str) -> bool:
 # A changelog entry's closing credit in brackets (PHP's NEWS: `... (CVE-2022-31631). (nielsdos)`, `(ilutov, cmb)`):
 # handle-shaped words that are no English word (the words of CPython's documentation, shipped with it).
 _CLOSING_CREDIT = re.compile(r"(?m)\.[ \t]+\(([\w@][\w@ ,\-]{1,80})\)[ \t]*\r?$")
+_CLOSING_BRACKET_CREDIT = re.compile(r"(?m)\.[ \t]+\[([\w@][\w@ ,\-]{1,80})\][ \t]*\r?$")  # `Fix x. [jroe]`
 _CREDIT_WORD = re.compile(rf"@?({_HANDLE})")
 # `(CVE-2026-6472)`, `(GH-12)`, a commit `(5cb3865)`, a date
 _REFERENCE = re.compile(r"(?i)(?:cve|gh|bug|pr|issue|rfc|bsc|lp|ticket)-?\d|\d+$|[0-9a-f]{7,40}$|\d{4}-\d\d")
@@ -333,6 +335,29 @@ class _ClosingCredits(RegexRecognizer):
                     results.append(result)
                 at += len(word) + 1
         return results
+
+
+# A handle where a person's name goes (`@author jroe`, `Copyright (c) 2021 jroe <jroe@x.org>`, `Author: jroe`,
+# `Patch by jroe.`, `Thanks to jroe`): one lowercase word that is no English word and no group (`_handle_word`).
+# Not after `created by` (tools create things) nor after a copyright with no year (`copyright ownership`).
+_SLOT_HANDLE = re.compile(
+    r"(?i:@author[ \t]+|(?<![\w-])(?:__)?authors?(?:__)?[\"']?[ \t]*(?:=>|[:=])[ \t]*\[?[\"']?|"
+    r"(?<![\w-])(?:copyright[ \t]*(?:\(c\)|©)?|\(c\)|©)[ \t]+"
+    r"(?:19|20)\d\d(?:[ \t]*[-–,][ \t]*(?:19|20)?\d\d)*[ \t,]+|"
+    r"(?<![\w-])(?:patch(?:es)?|reported|suggested|fixed|contributed)[ \t]+by[ \t]+|"
+    r"(?<![\w-])thanks(?:[ \t]+to|,)[ \t]+)"
+    r"@?([a-z0-9][a-z0-9_\-]{2,38})(?=[ \t]*(?:<|\(|\)|,|\.(?!\w)|;|\"|'|\]|\r?$))"
+)
+# R's DESCRIPTION: `Packaged: 2023-01-04 10:12:31 UTC; jroe`, the account that built the tarball.
+_PACKAGED_BY = re.compile(r"(?m)^Packaged:[^;\n]*;[ \t]*([A-Za-z0-9][\w.\-]{1,38})[ \t]*\r?$")
+
+
+_AUTHOR_NAMES = frozenset({"author", "authors", "owner", "owners", "maintainer", "maintainers"})  # `Author: author,`
+
+
+def _slot_handle(match: re.Match[str], _text: str) -> bool:
+    word = next(group for group in match.groups() if group)
+    return _handle_word(word) and word.lower() not in _SHARED_ACCOUNTS | _NOT_LISTED_HANDLES | _AUTHOR_NAMES
 
 
 HANDLE_RULES = [
@@ -410,6 +435,15 @@ HANDLE_RULES = [
         keywords=("(@",),
     ),
     Rule("home_path", _HOME_PATH, ((1, USERNAME),), 0.7, _personal_home, keywords=("/home/", "/users/", "\\users")),
+    Rule(
+        "slot_handle",
+        _SLOT_HANDLE,
+        ((1, USERNAME),),
+        0.75,
+        _slot_handle,
+        keywords=("author", "copyright", "(c)", "©", " by ", "thanks"),
+    ),
+    Rule("packaged_by", _PACKAGED_BY, ((1, USERNAME),), 0.8, _slot_handle, keywords=("packaged:",)),
 ]
 
 EMAIL_RULES = [
@@ -792,7 +826,10 @@ def recognizers() -> list[EntityRecognizer]:
         RegexRecognizer("IdiomPasswordPattern", PASSWORD_RULES),
         _ClosingCredits(
             "ClosingCredits",
-            [Rule("closing_credit", _CLOSING_CREDIT, ((1, USERNAME),), 0.75, _credited_handles, anchor=")")],
+            [
+                Rule("closing_credit", _CLOSING_CREDIT, ((1, USERNAME),), 0.75, _credited_handles, anchor=")"),
+                Rule("closing_credit", _CLOSING_BRACKET_CREDIT, ((1, USERNAME),), 0.75, _credited_handles, anchor="]"),
+            ],
         ),
     ]
 
@@ -811,10 +848,18 @@ _PEOPLE_LINE = re.compile(
 # A line that is a handle, alone or before what they did or their address: `rhatto -- rub handler`, `- jroe`,
 # `@jroe`, `jroe <jroe@x.org>`, `jroe      jroe@x.org` (not `scrypt      Colin Percival`: a table of what each did).
 _HANDLE_LINE = re.compile(
-    rf"(?m)^[ \t]*(?:[-*+•][ \t]+)?@?({_HANDLE})(?=[ \t]*(?:\r?$|--?[ \t]|<[^<>@\s]+@|\([^()\s]+@)|[ \t]+[\w.+%-]+@)"
-)
-# `Jane Roe @jroe`, `Jane Roe (@jroe)`, `Jane Roe [@jroe]`.
+    rf"(?m)^[ \t]*(?:[-*+•][ \t]+)?@?({_HANDLE})"
+    rf"(?=[ \t]*(?:\r?$|--?[ \t]|<[^<>@\s]+@|\([^()\s]+@|:[ \t]+{_PERSON})|[ \t]+[\w.+%-]+@)"
+)  # and `jroe: Jane Roe`
+# `Jane Roe @jroe`, `Jane Roe (@jroe)`, `Jane Roe [@jroe]`; after an address too: `Jane Roe <jroe@x.org> [jroe]`,
+# `Jane Roe <jroe@x.org> github: jroe`.
 _NAME_THEN_HANDLE = re.compile(rf"{_PERSON}[ \t]+[(\[]?@({_HANDLE})[)\]]?")
+_ADDRESS_THEN_HANDLE = re.compile(
+    rf"{_PERSON}[ \t]*<[^<>\s]+@[^<>\s]+>[ \t]*(?:[(\[][ \t]*@?({_HANDLE})[ \t]*[)\]]"
+    rf"|(?i:github|gitlab|irc|handle|nick)[ \t]*:[ \t]*@?({_HANDLE}))"
+)
+# Any `@jroe` of a people file (a table's cell, CODEOWNERS), not a team (`@acme/docs`) or an address.
+_AT_HANDLE = re.compile(rf"(?<![\w.@/`])@({_HANDLE})(?![\w-]*(?:/|@|\.\w))")
 # Docker's TOML MAINTAINERS: `[people.jroe]` with `Name = "Jane Roe"`, `Email = ...`, `GitHub = "jroe"`.
 _TOML_PERSON = re.compile(
     rf"(?m)^[ \t]*\[people\.({_HANDLE})\]"
@@ -852,6 +897,18 @@ def people_recognizers() -> list[EntityRecognizer]:
             [
                 Rule("people_file_handle", _HANDLE_LINE, ((1, USERNAME),), 0.75, _people_handle),
                 Rule("people_file_handle", _NAME_THEN_HANDLE, ((1, USERNAME),), 0.8, anchor="@"),
+                Rule(
+                    "people_file_handle",
+                    _ADDRESS_THEN_HANDLE,
+                    ((1, USERNAME), (2, USERNAME)),
+                    0.8,
+                    _slot_handle,
+                    anchor="@",
+                    one_line=True,
+                ),
+                Rule(
+                    "people_file_handle", _AT_HANDLE, ((1, USERNAME),), 0.75, _credit_handle, anchor="@", one_line=True
+                ),
                 Rule("people_file_handle", _TOML_PERSON, ((1, USERNAME), (2, USERNAME)), 0.8),
             ],
         ),

@@ -325,8 +325,24 @@ class EncoderModel:
         out = []
         for text, spans in zip(texts, found, strict=True):
             whole = {(entity, *_widen(text, entity, start, end), score) for entity, start, end, score in spans}
+            whole = {
+                (_retyped(entity, text[start:end], self.entities), start, end, s)
+                for entity, start, end, s in whole
+                if not (entity == USERNAME and text[start - 1 : start] == "@" and text[end : end + 1] == "/")
+            }  # `@acme/docs-team`, `@babel/core`: a team or a package scope, no person's handle
             out.append([Span(e, start, end, score, detector) for e, start, end, score in sorted(whole, key=_order)])
         return out
+
+
+_LONE_HANDLE = re.compile(r"[a-z][a-z0-9_\-]{2,38}")
+
+
+def _retyped(entity: str, value: str, entities: tuple[str, ...]) -> str:
+    """A NAME that is one lowercase word (`nehaljwani` of `  [nehaljwani]`) is a handle: names are capitalised
+    words, handles are not (the model learned both from the same changelog lines)."""
+    if entity == NAME and USERNAME in entities and _LONE_HANDLE.fullmatch(value):
+        return USERNAME
+    return entity
 
 
 def whole_words(text: str, start: int, end: int, joiners: str = "") -> tuple[int, int]:

@@ -543,7 +543,9 @@ def _env_password(match: re.Match[str], _text: str) -> bool:
 # it), so the all-capitals runs of license texts (`COPYRIGHT HOLDERS AND CONTRIBUTORS`) are no names. Latin,
 # Greek and Cyrillic letters: the cased scripts; names in scripts without case are left to the model.
 def _letters(cased: Callable[[str], bool]) -> str:
-    return "".join(c for c in map(chr, range(0xC0, 0x530)) if c.isalpha() and cased(c))
+    """Latin-1 to Cyrillic, and Latin Extended Additional (Vietnamese's `Nguyễn`, Welsh's `Ŵ`)."""
+    points = [*range(0xC0, 0x530), *range(0x1E00, 0x1F00)]
+    return "".join(c for c in map(chr, points) if c.isalpha() and cased(c))
 
 
 # Lowercase letters and combining marks (`Neuhäuser` written as `a` + U+0308).
@@ -561,7 +563,7 @@ _YEARS = r"(?:(?:19|20)\d\d(?:[ \t]*[-–—][ \t]*(?:(?:19|20)?\d\d|present|now
 # One item of a list of holders or authors: years, `by`, then a name (or anything else up to the next
 # separator: `Google LLC`, `Facebook, Inc.`), an email or URL in brackets, the closing quote.
 _ITEM = re.compile(
-    rf"""[ \t]*{_YEARS}(?:by[ \t]+)?\[?(?:(?P<name>{_PERSON})(?=[ \t]*(?:[,;&/<(."'\]\r]|and\b|\d|[\w.+-]+@|$))|"""
+    rf"""[ \t]*{_YEARS}(?:by[ \t]+)?\[?(?:(?P<name>{_PERSON})(?=[ \t]*(?:[,;&/<(."'\]\r*|#}}]|-->|and\b|\d|[\w.+-]+@|$))|"""
     r"""[^,;&\r\n<>()"'\]]+?(?=[ \t]*(?:[,;&/<("'\]\r]|and\b|$)))"""
     r"""[ \t]*(?:<[^<>\n]*>|\([^()\n]*\))?[ \t]*["']?""",
     re.MULTILINE,
