@@ -127,6 +127,7 @@ def main() -> None:
     parser.add_argument("--model", default="auto", help="model folder (default: the one shipped with stackcurate)")
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu, cuda")
     parser.add_argument("--sample", help="write 100 random redactions with their lines here (not in the repository)")
+    parser.add_argument("--seed", type=int, default=0, help="which 100 redactions --sample draws")
     parser.add_argument("--dump", help="write the model's spans with their lines here (not in the repository)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pii_throughput.json"))
     parser.add_argument("--work", default=str(ROOT / "work" / "bench_pii"))
@@ -163,7 +164,7 @@ def main() -> None:
     for name in args.detectors:
         result[name].pop("redactions")
     if args.sample and redactions:
-        picked = random.Random(0).sample(redactions, min(100, len(redactions)))
+        picked = random.Random(args.seed).sample(redactions, min(100, len(redactions)))
         Path(args.sample).write_text("".join(f"{i + 1}\t{line}" for i, line in enumerate(picked)))
     if dump is not None:
         dump.close()

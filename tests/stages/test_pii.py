@@ -622,6 +622,13 @@ def test_protocol_names_templates_and_made_up_names_are_not_redacted(detector):
     lowercase = rules.Span("NAME", 11, 25, 0.9, "model:x")  # what the model once read as a name
     assert rules.spared_by(lowercase, text[text.index("Du") :]) == "name_lowercase"
     assert rules.spared_by(rules.Span("NAME", 0, 5, 0.9, "model:x"), "王 伟 说") is None  # no capitals in Han
+    phrase = "Du bon vin tous les jours"  # capitalised as a sentence starts: not a name
+    assert rules.spared_by(rules.Span("NAME", 0, len(phrase), 0.9, "model:x"), phrase) == "name_lowercase_words"
+    particles = "Pieter van der Berg"
+    assert rules.spared_by(rules.Span("NAME", 0, len(particles), 0.9, "model:x"), particles) is None
+    team = "assert catalog.language_team == 'German Lang <de@babel.org>'"
+    at = team.index("German")
+    assert rules.spared_by(rules.Span("NAME", at, at + 11, 0.85, "pattern:x"), team) == "language_team"
 
 
 def test_real_personal_data_next_to_what_is_spared_is_still_redacted(tmp_path: Path):

@@ -563,7 +563,8 @@ _YEARS = r"(?:(?:19|20)\d\d(?:[ \t]*[-–—][ \t]*(?:(?:19|20)?\d\d|present|now
 # One item of a list of holders or authors: years, `by`, then a name (or anything else up to the next
 # separator: `Google LLC`, `Facebook, Inc.`), an email or URL in brackets, the closing quote.
 _ITEM = re.compile(
-    rf"""[ \t]*{_YEARS}(?:by[ \t]+)?\[?(?:(?P<name>{_PERSON})(?=[ \t]*(?:[,;&/<(."'\]\r*|#}}]|-->|and\b|\d|[\w.+-]+@|$))|"""
+    rf"""[ \t]*{_YEARS}(?:by[ \t]+)?\[?"""
+    rf"""(?:(?P<name>{_PERSON})(?=[ \t]*(?:[,;&/<(."'\]\r*|#}}]|-->|and\b|\d|[\w.+-]+@|$))|"""
     r"""[^,;&\r\n<>()"'\]]+?(?=[ \t]*(?:[,;&/<("'\]\r]|and\b|$)))"""
     r"""[ \t]*(?:<[^<>\n]*>|\([^()\n]*\))?[ \t]*["']?""",
     re.MULTILINE,

@@ -245,13 +245,24 @@ def spared_by(span: Span, text: str) -> str | None:
     # `tous les jours`: people write their names capitalised (in scripts that have capitals: not `王伟`)
     if span.entity == NAME and not any(c.isupper() for c in value) and any(c.islower() for c in value):
         return "name_lowercase"
+    # `Du bon vin tous les jours`: a phrase; a name's lowercase words are particles (`Pieter van der Berg`)
+    if span.entity == NAME and sum(w[:1].islower() and w.lower() not in _PARTICLES for w in value.split()) >= 2:
+        return "name_lowercase_words"
     if span.entity == NAME and " ".join(value.lower().split()) in _PLACEHOLDER_NAMES:
         return "name_placeholder"
+    if span.entity == NAME and _LANGUAGE_TEAM.search(text, max(0, span.start - 80), span.start):
+        return "language_team"  # gettext's `Language-Team: German <de@li.org>`, as tests compare it
     if span.entity == NAME and is_organisation(value, text[span.end : span.end + 40]):
         return "organisation"
     if span.entity == USERNAME:
         return _username_rule(text, span.start, span.end)
     return None
+
+
+_PARTICLES = frozenset(
+    "van von der den de da del della di du la le bin ibn al el dos das do ten ter zu y e of af av ben bat".split()
+)
+_LANGUAGE_TEAM = re.compile(r"(?i)language[_\- ]?team\W[^\n]*$")
 
 
 # Detectors that find a name's parts, each its own string: R's `person("Jane", "Roe")`.
