@@ -84,7 +84,7 @@ def test_the_default_stage_meets_starpii_on_real_files(default_stage_scores):
 # The second set (`pii_model/real_files2/`, issue 35): other ecosystems, labelled by annotators who never saw the
 # rules or the model. It does not meet StarPII yet; these floors are what the stage reached when it was last
 # measured (`pii_model/MODEL_CARD.md`), so that a change can only keep or raise them.
-SECOND_SET_FLOORS = {"EMAIL": 0.96, "IP_ADDRESS": 1.0, "KEY": 0.75, "PASSWORD": 0.61, "NAME": 0.85, "USERNAME": 0.52}
+SECOND_SET_FLOORS = {"EMAIL": 0.96, "IP_ADDRESS": 1.0, "KEY": 0.81, "PASSWORD": 0.76, "NAME": 0.85, "USERNAME": 0.57}
 
 
 def test_the_second_set_is_whole_and_reports_per_family():

@@ -628,10 +628,10 @@ _NAME_TAIL = (
 _NAME_LINE = re.compile(
     rf"[ \t]*(?:[-*+•][ \t]+|=item[ \t]+(?:\*[ \t]+)?)?({_PERSON})[ \t]*(?:{_NAME_TAIL}[ \t]*){{0,2}}\r?(?:\n|$)"
 )
-# Lines a list goes on past: blank, `#` comments, rules (`=====`), and short lines of no code (`Google Inc.`,
-# `- jroe`, the rest of the heading's paragraph).
+# Lines a list goes on past: blank, `#` comments, rules (`=====`), and short lines of no code or markup
+# (`Google Inc.`, `- jroe`, the rest of the heading's paragraph; not `<title>`).
 _LIST_LINE = re.compile(
-    r"[ \t]*(?:#[^\n]*|[=\-~*^]+|=(?:over|back|item)\b[^\n]*|[^\n={};]{1,100})?[ \t]*\r?(?:\n|$)"
+    r"[ \t]*(?:#[^\n]*|[=\-~*^]+|=(?:over|back|item)\b[^\n]*|[^\n={};<>]{1,100})?[ \t]*\r?(?:\n|$)"
 )  # POD's `=over 4`, `=item *`, `=back` between the names
 _UNDERLINE = re.compile(r"[ \t]*[=\-~^*]{3,}[ \t]*\r?(?:\n|$)")
 
