@@ -178,6 +178,12 @@ SECRET = "Hq7#pLm2x"
         'curl_setopt($ch, CURLOPT_USERPWD, "jroe:{s}");',
         'env.put(Context.SECURITY_CREDENTIALS, "{s}");',
         'String[] creds = {{"jroe", "{s}"}};',
+        "ssh2_auth_password($conn, 'jroe', '{s}');",
+        "$req->authorization_basic('jroe', '{s}');",
+        "Faraday.new(url) {{ |f| f.request :basic_auth, 'jroe', '{s}' }}",
+        "open(url, http_basic_authentication: ['jroe', '{s}'])",
+        '<set-property property="password" value="{s}"/>',
+        "<property>\n  <name>javax.jdo.option.ConnectionPassword</name>\n  <value>{s}</value>\n</property>",
     ],
 )
 def test_passwords_handed_to_auth_and_connect_calls_command_lines_and_configs(detector, template):
@@ -267,6 +273,8 @@ def test_cloud_storage_keys_in_files_calls_and_command_lines(detector, template)
         "ENV MYSQL_PASSWORD $DB_PASS",
         "docker login -u deploy -p $TOKEN registry.internal",
         "openssl rsa -in key.pem -passin env:KEY_PASS",
+        "      AUTHORIZATION_KEYS = ['HTTP_AUTHORIZATION', 'X-HTTP_AUTHORIZATION']",
+        '    "rest_framework.authentication.TokenAuthentication",',
         # templates and prose
         'usethis::use_description(list(`Authors@R` = \'person("First", "Last", email = "first.last@example.com")\'))',
         "We looked at the result dot by dot.",
@@ -536,3 +544,9 @@ def test_people_files_handles_in_tables_codeowners_and_after_addresses(detector)
 
 def test_a_closing_credit_in_brackets(detector):
     assert ("USERNAME", "kwataname") in found(detector, "- Fix the lexer. [kwataname]\n")
+
+
+def test_config_password_keys_that_name_a_file_and_pw_suffixes(detector):
+    text = "mysqli.default_pw = Hq7#pLm2x\npassword_file: secrets/db.txt\n"
+    spans, _ = detector.find(text, config=True)
+    assert [(s.entity, text[s.start : s.end]) for s in spans] == [("PASSWORD", "Hq7#pLm2x")]

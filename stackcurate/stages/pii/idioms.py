@@ -481,12 +481,15 @@ _ARGUMENT = r"""(?:[bu]?["'][^"'\n]{0,120}["']|[$@]?[\w.\->:\[\]]{1,80}(?:\(\))?
 # `setBasicAuth("u", "...")`, `basic_auth 'u', '...'`, `new UsernamePasswordCredentials("u", "...")`,
 # `Credentials.basic("u", "...")`, `->auth('u', '...')`, `smtp.login(user, "...")`, `ldap.bind(dn, "...")`; or
 # the one after a quoted user further on: `smtp.PlainAuth("", "u", "...", host)`, `FTP(host, "u", "...")`,
-# `ldap_bind($ds, "dn", "...")`, `new NetworkCredential("u", "...")`, `$ua->credentials($net, $realm, "u", "...")`.
+# `ldap_bind($ds, "dn", "...")`, `new NetworkCredential("u", "...")`, `$ua->credentials($net, $realm, "u", "...")`,
+# `ssh2_auth_password($c, "u", "...")`, `->authorization_basic("u", "...")`, `imap_open($box, "u", "...")`.
 _AUTH_CALL_BEFORE = re.compile(
     r"(?i)(?:(?:\w*basic_?auth\w*|\w*password_?(?:credentials|authentication)|(?<![\w])(?:basic|auth|login|logon|"
     r"sign_?in|bind|simple_bind_s|authenticate|with_?basic_?auth|http_?auth))(?:[ \t]*\(|[ \t]+)\s*"
     + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""
-    r"|(?:\w*auth|\w*login|\w+_bind|\w*credentials?|ftp(?:_tls)?|smtp(?:_ssl)?|imap4(?:_ssl)?|pop3)"
+    r"|:basic_auth[ \t]*,\s*" + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""  # Faraday's `f.request :basic_auth, 'u', '...'`
+    r"|(?:\w*auth|\w*login|\w+_bind|\w*credentials?|\w*password|\w*basic|\w*authenticator|imap_open|ftp(?:_tls)?|"
+    r"smtp(?:_ssl)?|imap4(?:_ssl)?|pop3)"
     r"[ \t]*\(\s*(?:" + _ARGUMENT + r"""\s*,\s*){0,3}[bu]?["'][^"'\n]{1,80}["']\s*,\s*[bu]?["']$)"""
 )  # fmt: skip
 # ... or the third of a database connect call: `DriverManager.getConnection(url, "u", "...")`,
@@ -569,13 +572,15 @@ _CLI_CREDENTIALS = re.compile(
 # value="..."/>`, `<entry key="password">...</entry>`, `<param name="password" value="..."/>`.
 _XML_PASSWORD = re.compile(
     r"(?i)<([\w:.\-]*(?:password|passwd|pwd|passphrase))>\s*([^<>\s]{4,128})\s*</\1>"
-    r"|(?i:name|key)=[\"'][\w.\-]*(?:password|passwd|pwd|passphrase)[\"'](?:[ \t]+value=[\"']([^\"'\s]{4,128})[\"']"
+    r"|(?i:name|key|property)=[\"'][\w.\-]*(?:password|passwd|pwd|passphrase)[\"']"
+    r"(?:[ \t]+value=[\"']([^\"'\s]{4,128})[\"']"
     r"|[ \t]*>[ \t]*([^<>\s]{4,128})[ \t]*<)"
 )
-# ... and a servlet's `<param-name>password</param-name>`, its `<param-value>...</param-value>` often a line below.
+# ... and a servlet's `<param-name>password</param-name>` or Hadoop's and Hive's `<name>...Password</name>`, its
+# `<param-value>`/`<value>` often a line below.
 _SERVLET_PASSWORD = re.compile(
-    r"(?i)<param-name>[ \t]*[\w.\-]*(?:password|passwd|pwd|passphrase)[ \t]*</param-name>\s*<param-value>[ \t]*"
-    r"([^<>\s]{4,128})[ \t]*</param-value>"
+    r"(?i)<(param-name|name)>[ \t]*[\w.\-]*(?:password|passwd|pwd|passphrase)[ \t]*</\1>\s*<(?:param-)?value>[ \t]*"
+    r"([^<>\s]{4,128})[ \t]*</(?:param-)?value>"
 )
 # netrc (`machine h login u password p`) and fetchmailrc (`poll h ... user "u" password "p"`).
 _NETRC = re.compile(
@@ -749,7 +754,7 @@ PASSWORD_RULES = [
         keywords=("pass", "pwd"),
         follow=2,  # `<password>\n  ...\n</password>`
     ),
-    Rule("xml_password", _SERVLET_PASSWORD, ((1, PASSWORD),), 0.8, _last_value, anchor="<param-name>"),
+    Rule("xml_password", _SERVLET_PASSWORD, ((2, PASSWORD),), 0.8, _last_value, anchor=("<param-name>", "<name>")),
     Rule("netrc_password", _NETRC, ((1, PASSWORD),), 0.8, _last_value, keywords=("password",)),
     Rule(
         "sql_password",

@@ -410,7 +410,9 @@ def _config_line(words: str, value: str) -> re.Pattern[str]:
 
 # A strong password holds symbols (`Xk#9$mP!q2`, `$9ZNsEC(VC`): the value is the whole unquoted token, unless it
 # is a reference (`is_reference`) or opens a comment.
-_CONFIG_PASSWORD = _config_line(rf"(?:{_PASSWORD_WORDS}|secret)", r"[^\s\"'#;,{}\[\]<>][^\s\"']{2,127}")
+_CONFIG_PASSWORD = _config_line(
+    rf"(?:{_PASSWORD_WORDS}|secret|(?<=[_.\-])pw(?=[ \t]*[=:]))", r"[^\s\"'#;,{}\[\]<>][^\s\"']{2,127}"
+)  # and `mysqli.default_pw = ...`
 # What stands for a value rather than being one: a variable (`$PASS`, `${db.password}`, `$(cat f)`, `$opt{w}`), a
 # format or template slot (`%(password)s`, `%PASS%`, `{{ x }}`, `{password}`, `<password>`), a bind parameter
 # (`:pass`, `@pass`), a call (`get_password()`). A strong password may still open with `$`, `%` or `@`
@@ -422,10 +424,13 @@ def is_reference(value: str) -> bool:
     return _REFERENCE.search(value) is not None
 
 
+_FILE_KEY = re.compile(r"(?:file|path|dir)[ \t]*[=:]")  # `password_file: secrets/db`: where the password is
+
+
 def _config_password(match: re.Match[str], _text: str) -> bool:
     """A `secret` of 16 characters or more is a key (`SECRET_KEY=...`, the key rule's), shorter a password."""
     name = match.group(0)[: match.start(1) - match.start(0)].lower()
-    if is_reference(match.group(1)):
+    if is_reference(match.group(1)) or _FILE_KEY.search(name):
         return False
     return "secret" not in name or re.search(_PASSWORD_WORDS, name) is not None or len(match.group(1)) < 16
 
@@ -465,7 +470,7 @@ _SIGNING_LIBRARY = (
 # The second of a (user, secret) pair: `auth=("admin", "...")`, `basic_auth=(...)`, `credentials=(...)`,
 # `login("jroe", "...")`, `Auth.Login("jroe", "...")`, `HTTPBasicAuth("jroe", "...")`.
 _PAIR_BEFORE = re.compile(
-    r"(?i)(?:\b(?:\w*_)?(?:auth|credentials?|creds)(?:\[\])?[ \t]*[=:][ \t]*[(\[{]|"
+    r"(?i)(?:\b(?:\w*_)?(?:auth(?:entication)?|credentials?|creds)(?:\[\])?[ \t]*[=:][ \t]*[(\[{]|"
     r"\b(?:login|authenticate|basicauth|httpbasicauth|httpdigestauth)[ \t]*\()"
     r"""\s*[bu]?["'][^"'\n]{1,80}["']\s*,\s*[bu]?$"""
 )  # the pair perhaps over lines of its own, or in an array: `String[] creds = {"jroe", "..."}`
@@ -503,6 +508,7 @@ def _paired_secret(match: re.Match[str], text: str) -> bool:
     return (
         _password_literal(value)
         and not _token_literal(value)
+        and not _DOTTED_NAME.fullmatch(value)  # `"rest_framework.authentication.TokenAuthentication"`
         and _preceded_by(_PAIR_BEFORE, match.start() - 1, text, 120)
     )
 
