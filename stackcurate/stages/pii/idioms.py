@@ -645,6 +645,20 @@ _ENCODER_BEFORE = re.compile(
 _JOINED_SECRET = re.compile(r"""["'][^"'\n]{0,64}:["'][ \t]*\+[ \t]*["']([^"'\s]{4,128})["']""")
 
 
+_ENCODER_WORDS = (
+    "base64",
+    "b64encode",
+    "btoa",
+    "encode",
+    "basic",
+    "auth",
+    "userpass",
+    "user_pass",
+    "credential",
+    "userpwd",
+)
+
+
 def _encoded_credentials(match: re.Match[str], text: str) -> bool:
     return _secret_shaped(match.group(1)) and _preceded_by(_ENCODER_BEFORE, match.start(), text, 80)
 
@@ -656,18 +670,7 @@ PASSWORD_RULES = [
         ((1, PASSWORD),),
         0.8,
         _encoded_credentials,
-        keywords=(
-            "base64",
-            "b64encode",
-            "btoa",
-            "encode",
-            "basic",
-            "auth",
-            "userpass",
-            "user_pass",
-            "credential",
-            "userpwd",
-        ),
+        keywords=_ENCODER_WORDS,
     ),
     Rule(
         "encoded_credentials",
@@ -675,18 +678,7 @@ PASSWORD_RULES = [
         ((1, PASSWORD),),
         0.8,
         _encoded_credentials,
-        keywords=(
-            "base64",
-            "b64encode",
-            "btoa",
-            "encode",
-            "basic",
-            "auth",
-            "userpass",
-            "user_pass",
-            "credential",
-            "userpwd",
-        ),
+        keywords=_ENCODER_WORDS,
     ),
     Rule(
         "credential_argument",

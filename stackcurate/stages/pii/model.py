@@ -324,13 +324,13 @@ class EncoderModel:
         detector = f"{MODEL_PREFIX}{self.name}"
         out = []
         for text, spans in zip(texts, found, strict=True):
-            whole = {(entity, *_widen(text, entity, start, end), score) for entity, start, end, score in spans}
-            whole = {
+            widened = {(entity, *_widen(text, entity, start, end), score) for entity, start, end, score in spans}
+            typed = {
                 (_retyped(entity, text[start:end], self.entities), start, end, s)
-                for entity, start, end, s in whole
+                for entity, start, end, s in widened
                 if not (entity == USERNAME and text[start - 1 : start] == "@" and text[end : end + 1] == "/")
             }  # `@acme/docs-team`, `@babel/core`: a team or a package scope, no person's handle
-            out.append([Span(e, start, end, score, detector) for e, start, end, score in sorted(whole, key=_order)])
+            out.append([Span(e, start, end, score, detector) for e, start, end, score in sorted(typed, key=_order)])
         return out
 
 
