@@ -11,8 +11,11 @@ shell write the same things their own way, and each way is a fixed syntax a rege
 - credentials: the password handed to a basic-auth or login API (`setBasicAuth("u", "...")`,
   `new UsernamePasswordCredentials(...)`) or a database connect call (`DriverManager.getConnection(url, "u",
   "...")`, `DBI->connect($dsn, "u", "...")`), command-line flags (`curl -u u:...`, `mysql -p...`, `sshpass -p`,
-  `redis-cli -a`), XML configs (`<password>...</password>`, `<property name="password" value="..."/>`), netrc and
-  fetchmailrc lines, Azure's `AccountKey=`, session cookies.
+  `redis-cli -a`, `htpasswd -b`, `docker login -p`, `keytool -storepass`...), XML configs (`<password>...</password>`,
+  `<property name="password" value="..."/>`, `<name>...Password</name><value>`), netrc and fetchmailrc lines, SQL's
+  `IDENTIFIED BY '...'`, Redis' `requirepass`, Go's and Oracle's DSNs, Azure's `AccountKey=` and
+  `NewSharedKeyCredential`, AWS's `aws_secret_access_key`, session cookies; a handle where a name goes
+  (`@author jroe`, `Copyright (c) 2021 jroe`, R's `Packaged: ...; jroe`).
 
 Each list joins `code_recognizers()`; what is then spared (placeholders, example addresses, words) is decided by
 `rules.py` as for every other span.

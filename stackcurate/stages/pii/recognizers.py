@@ -567,7 +567,8 @@ _PERSON = (
 _PERSON_AT = re.compile(_PERSON)
 _YEARS = r"(?:(?:19|20)\d\d(?:[ \t]*[-–—][ \t]*(?:(?:19|20)?\d\d|present|now))?[ \t,]*)*"
 # One item of a list of holders or authors: years, `by`, then a name (or anything else up to the next
-# separator: `Google LLC`, `Facebook, Inc.`), an email or URL in brackets, the closing quote.
+# separator: `Google LLC`, `Facebook, Inc.`), an email or URL in brackets, the closing quote. A name ends at a
+# separator, a bracket, a digit, an address or a comment's close (`/* Copyright (C) 2019 Jane Roe */`, `-->`).
 _ITEM = re.compile(
     rf"""[ \t]*{_YEARS}(?:by[ \t]+)?\[?"""
     rf"""(?:(?P<name>{_PERSON})(?=[ \t]*(?:[,;&/<(."'\]\r*|#}}]|-->|and\b|\d|[\w.+-]+@|$))|"""
