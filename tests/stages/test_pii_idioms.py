@@ -484,6 +484,7 @@ def test_pod_author_lists_cpan_ids_and_changelog_closing_names(detector):
         ('<a id="id-1.6.14.2" class="indexterm"></a> on the standby host', None),  # DocBook's anchors
         ("libfoo (1.0.24.2-5) unstable; host builds fixed", None),  # a Debian revision
         ("server package 1.2.3.4+dfsg1", None),
+        ('[assembly: AssemblyFileVersion("4.6.57.2")]', None),  # a camelCase version's name
         ("allow hosts 10.0.0.1-93.184.216.34", "93.184.216.34"),  # a range's dash is not a revision
         ("connect to 93.184.216.34 now", "93.184.216.34"),
     ],

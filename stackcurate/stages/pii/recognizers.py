@@ -227,7 +227,8 @@ _DOTTED_QUAD = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")  # anchors: what every ma
 _TWO_COLONS = re.compile(r":[0-9A-Fa-f]{0,4}:")
 # `id-1.6.14.2` (DocBook's section anchors) is an identifier's tail.
 _VERSION_BEFORE = re.compile(
-    r"(?i)(?:(?<![a-z])(?:version|ver|release|rev|section|chapter|§)\w*[\s\"'>]*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@"
+    r"(?i)(?:(?:(?<![a-z])(?:version|ver|release|rev|section|chapter|§)|(?<=[a-z])(?-i:Version))\w*"
+    r"[\s\"'>]*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@"
     r"|[a-z]-)$"
 )
 # A Debian revision or a local version after it (`1.0.24.2-5`, `1.2.3.4+dfsg`, `1.2.3.4~rc1`); not a range's
@@ -238,7 +239,7 @@ _NETWORK_WORDS = re.compile(r"(?i)dns|server|host|\bip\b|addr|proxy|gateway|endp
 
 def _is_ipv4(match: re.Match[str], text: str) -> bool:
     """Not a version number: BigCode's rule (a short x.y.z.w away from network words is a version),
-    and nothing like `version = "1.2.3.4"` or `==1.0.0.1` right before it."""
+    and nothing like `version = "1.2.3.4"`, `AssemblyFileVersion("...")` or `==1.0.0.1` right before it."""
     value, start = match.group(1), match.start(1)
     after_credentials = text[start - 1 : start] == "@" and _preceded_by(_IN_USERINFO, start - 1, text, 200)
     if _preceded_by(_VERSION_BEFORE, start, text, 16) and not after_credentials:  # `user:pw@<host>`
