@@ -551,3 +551,10 @@ def test_config_password_keys_that_name_a_file_and_pw_suffixes(detector):
     text = "mysqli.default_pw = Hq7#pLm2x\npassword_file: secrets/db.txt\n"
     spans, _ = detector.find(text, config=True)
     assert [(s.entity, text[s.start : s.end]) for s in spans] == [("PASSWORD", "Hq7#pLm2x")]
+
+
+def test_where_only_position_says_name_english_words_are_no_name(detector):
+    assert not any(e == "NAME" for e, _ in found(detector, '    """ Sample Enum for testing duplicate keys"""\n'))
+    assert not any(e == "NAME" for e, _ in found(detector, "Author:\n\nDocument Title\n"))
+    assert ("NAME", "Guido van Rossum") in found(detector, "Author:\n\nGuido van Rossum\n")
+    assert ("NAME", "Brett Cannon") in found(detector, "Brett Cannon for the patch.\n")

@@ -46,6 +46,7 @@ from stackcurate.stages.pii.recognizers import (
     _tld_extract,
     _token_literal,
     is_reference,
+    not_prose,
 )
 from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, english_words
 
@@ -212,7 +213,7 @@ NAME_PLACES = [
         reach=20000,
     ),
     NamePlace("wrapped_email", _WRAPPED_EMAIL, ("@", "[at]", "(at)", "<at>", "{at}", " at "), names=_one),
-    NamePlace("author_heading", _AUTHOR_HEADING, ("author", "maintainer"), names=_name_lines),
+    NamePlace("author_heading", _AUTHOR_HEADING, ("author", "maintainer"), names=not_prose(_name_lines)),
     NamePlace("mailto_link", _MAILTO_LINK, ("mailto:",), names=_one),
     NamePlace("changelog_section", _CHANGELOG_SECTION, ("[ ",), names=_one),
     NamePlace(

@@ -602,6 +602,21 @@ def _name_before(text: str, end: int) -> Iterator[tuple[int, int]]:
         yield name.start(), name.start() + len(name.group(0).rstrip())
 
 
+def not_prose(
+    names: Callable[[str, int, int], Iterator[tuple[int, int]]],
+) -> Callable[[str, int, int], Iterator[tuple[int, int]]]:
+    """`names`, less the capitalised runs whose every word is an English word (`Sample Enum for testing`,
+    `Document Title` under an `Author` line): for the places where only position says a name is there."""
+
+    def read(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
+        words = rules.english_words()
+        for a, b in names(text, start, end):
+            if not all(word.lower().strip(".") in words for word in text[a:b].split()):
+                yield a, b
+
+    return read
+
+
 _AND = re.compile(r"[ \t]*(?:,[ \t]*(?:and[ \t]+)?|and[ \t]+|&[ \t]*)")
 
 
@@ -782,7 +797,7 @@ NAME_PLACES = [
             r"implementation|pull[ \t]+requests?|PRs?|submitting|reporting|testing)\b"
         ),
         (" for ",),
-        names=lambda text, start, _end: _name_before(text, start),
+        names=not_prose(lambda text, start, _end: _name_before(text, start)),
     ),
     # A name right before its forge handle: `- Jane Roe `@jroe <https://github.com/jroe>`_`, `Jane Roe, [@jroe](...)`.
     NamePlace(
