@@ -45,6 +45,7 @@ from stackcurate.stages.pii.recognizers import (
     _preceded_by,
     _tld_extract,
     _token_literal,
+    is_path,
     is_reference,
     not_prose,
 )
@@ -528,7 +529,7 @@ def _credential_argument(match: re.Match[str], text: str) -> bool:
     # connection string (`"Server=x;Password=y"`: the env rule's) or a setting (`"sslmode=require"`)
     if not any(not c.isalpha() for c in value) or "://" in value or _SETTING.match(value):
         return False
-    if value.startswith(("/", "-", "~/", "./")):  # a path or a flag (`lookup('password', '/tmp/pwfile')`)
+    if is_path(value) or value.startswith("-"):  # a path or a flag (`lookup('password', '/tmp/pwfile')`)
         return False
     if _IDENTIFIER.fullmatch(value):  # `('ansible_become_password', 'ansible_become_pass')`: names, not values
         return False

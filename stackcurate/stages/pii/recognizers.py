@@ -368,10 +368,15 @@ _CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")  # `USER_PASSWORD_AUTH = "USER_PASSWO
 _SHORT_SECRET_NAME_BEFORE = re.compile(rf"(?i)(?<![a-z0-9])(?:[\w\-]*_)?(?:secret|auth_?key|priv_?key){_ASSIGN}$")
 
 
+def is_path(value: str) -> bool:
+    """A file's path, not a secret (`/etc/passwd`, `~/.pgpass`, `./secrets/db`)."""
+    return value.startswith(("/", "~/", "./"))
+
+
 def _password_value(match: re.Match[str], text: str) -> bool:
     """Assigned to a password's name; or to a `secret` and shorter than a key (a device's enable secret)."""
     value, start = match.group(0), match.start()
-    if _CONSTANT.fullmatch(value) or value.startswith(("/", "~/", "./")):  # `passwd_path = "/etc/passwd"`
+    if _CONSTANT.fullmatch(value) or is_path(value):  # `passwd_path = "/etc/passwd"`
         return False
     if _preceded_by(_PASSWORD_NAME_BEFORE, start, text, 64):
         return True
