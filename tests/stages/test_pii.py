@@ -305,6 +305,11 @@ def test_overlapping_spans_keep_the_longer_one():
     assert [s.entity for s in rules.resolve_overlaps(spans)] == ["EMAIL"]
 
 
+def test_two_rules_finding_one_span_give_the_same_record_in_any_order():
+    a, b = rules.Span("NAME", 0, 8, 0.9, "pattern:people_file"), rules.Span("NAME", 0, 8, 0.9, "pattern:name_list")
+    assert rules.resolve_overlaps([a, b]) == rules.resolve_overlaps([b, a]) == [b]
+
+
 def test_a_patterns_span_wins_over_the_models_of_another_type():
     text = "Jane Roe <jroe@corp-mail.org>"
     email = rules.Span("EMAIL", 10, 28, 1.0, "pattern:email")

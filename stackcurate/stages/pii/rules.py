@@ -372,7 +372,7 @@ def is_organisation(name: str, after: str = "") -> bool:
 def resolve_overlaps(spans: list[Span]) -> list[Span]:
     """Non-overlapping spans, in text order: a pattern's span wins over the model's of another type (the model
     reading `Jane Roe <jroe@x.org>` as one name must not hide the address), then the longer span, then the higher
-    score."""
+    score, then the detector's name."""
     chosen: list[Span] = []
     patterns = [s for s in spans if not s.detector.startswith(MODEL_PREFIX)]
     spans = [
@@ -380,7 +380,9 @@ def resolve_overlaps(spans: list[Span]) -> list[Span]:
         if not s.detector.startswith(MODEL_PREFIX)
         or not any(p.entity != s.entity and p.start < s.end and s.start < p.end for p in patterns)
     ]  # fmt: skip
-    for span in sorted(spans, key=lambda s: (-(s.end - s.start), -s.score, s.start, s.entity)):
+    # The detector last: two rules finding the same span give the same record on every run (presidio runs its
+    # recognizers in no fixed order).
+    for span in sorted(spans, key=lambda s: (-(s.end - s.start), -s.score, s.start, s.entity, s.detector)):
         if all(span.end <= c.start or span.start >= c.end for c in chosen):
             chosen.append(span)
     return sorted(chosen, key=lambda s: s.start)
