@@ -26,8 +26,11 @@ from stackcurate.stages.pii.model import (  # noqa: E402
     LABELS,
     LONG_LINE,
     MODEL_ENTITIES,
+    SPREAD,
     EncoderModel,
+    Window,
     _widen,
+    batches,
     decode,
     line_ranges,
     load_tokenizer,
@@ -145,6 +148,8 @@ def test_gate_sends_the_lines_under_a_people_heading():
     ]  # fmt: skip
     markdown = "# Tool\n\n## Contributors\n\n- Jan Kowalski\n- mlopez\n\n## License\n\nMIT\n"
     assert [markdown[a:b] for a, b in line_ranges(markdown)] == ["- Jan Kowalski", "- mlopez"]
+    man = ".TH TOOL 1\n.SH NAME\ntool\n.SH AUTHOR\nJan Kowalski\n.SH SEE ALSO\nls(1)\n"
+    assert [man[a:b] for a, b in line_ranges(man)] == [".SH AUTHOR", "Jan Kowalski"]
     prose = "The authors of this module:\nJan Kowalski\n"  # not a heading: a line of prose
     assert [prose[a:b] for a, b in line_ranges(prose)] == ["The authors of this module:"]
 
@@ -201,6 +206,17 @@ def test_a_line_longer_than_the_window_is_split_with_overlap():
         w.offset + a for w in items for (a, b), special in zip(w.offsets, w.special, strict=True) if not special
     }
     assert text.index("Anna") in covered and 0 in covered
+
+
+def test_batches_group_windows_of_similar_length_within_the_token_budget():
+    items = [Window(0, 0, [1] * n, [(0, 1)] * n, [0] * n) for n in (5, 120, 6, 5, 118, 40, 7)]
+    groups = batches(items, batch_tokens=256)
+    assert sorted(i for group in groups for i in group) == list(range(len(items)))
+    for group in groups:
+        lengths = [len(items[i].ids) for i in group]
+        assert len(group) * max(lengths) <= 256 or len(group) == 1
+        assert max(lengths) <= SPREAD * min(lengths) + 2  # padding is a small share of what the model reads
+    assert [sorted(len(items[i].ids) for i in group) for group in groups] == [[5, 5, 6, 7], [40], [118, 120]]
 
 
 # ---- a model trained end to end -----------------------------------------------------------------------------
