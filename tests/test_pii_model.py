@@ -195,6 +195,8 @@ def test_name_and_username_spans_lose_the_punctuation_at_their_ends():
     start = text.index("(@")
     assert text[slice(*_widen(text, "USERNAME", start, text.index(")") + 1))] == "mkowal"
     assert text[slice(*_widen(text, "PASSWORD", start, text.index(")") + 1))] == "(@mkowal)"  # may be punctuation
+    pod = "Maria Lopez E<lt>ml@x.orgE<gt>"  # a POD formatting code after a name is no initial
+    assert pod[slice(*_widen(pod, "NAME", 0, 13))] == "Maria Lopez"
 
 
 def test_a_line_longer_than_the_window_is_split_with_overlap():

@@ -118,6 +118,8 @@ def test_the_set_is_written_with_its_report(tmp_path):
     [
         ("NEWS", True), ("ChangeLog", True), ("CHANGES.md", True), ("HISTORY.rst", True), ("changelog.Debian", True),
         ("wget.changelog", True), ("NEWS-2.x", True), ("news.py", False), ("changes.go", False), ("newsletter", False),
+        ("changelog.gz", True), ("RELEASE-NOTES.md", True), ("changes.xml", True), ("changelog.xml", True),
+        ("release-notes/VERSION-2.x", True), ("notes/VERSION", False), ("release.py", False),
     ],
 )  # fmt: skip
 def test_history_files(name, history):

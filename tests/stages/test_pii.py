@@ -904,6 +904,7 @@ def test_organisations_and_projects_in_those_places_are_not_redacted(detector, t
 def test_organisation_rule_reads_the_words_and_the_legal_form_after_a_name():
     assert rules.is_organisation("The Go Authors") and rules.is_organisation("Google LLC")
     assert rules.is_organisation("Red Hat", ", Inc.") and not rules.is_organisation("Priya Mendoza", " and Tom Li")
+    assert not rules.is_organisation("Graham Barr", ".\n\n   Incorporated old patches")  # the next paragraph
 
 
 def test_the_model_reads_credit_lines_and_leaves_copyright_lines_to_the_patterns(detector):

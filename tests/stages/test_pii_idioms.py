@@ -558,3 +558,49 @@ def test_where_only_position_says_name_english_words_are_no_name(detector):
     assert not any(e == "NAME" for e, _ in found(detector, "Author:\n\nDocument Title\n"))
     assert ("NAME", "Guido van Rossum") in found(detector, "Author:\n\nGuido van Rossum\n")
     assert ("NAME", "Brett Cannon") in found(detector, "Brett Cannon for the patch.\n")
+
+
+def test_maven_changes_credit_the_committer_and_the_contributor(detector):
+    text = (
+        '<action dev="tgrabowski" type="fix" due-to="Ilse Vandamme" issue="VFS-123">Fix a leak.</action>\n'
+        '<action issue="VFS-124" dev="okarlsen" type="update" due-to="mbrzezin">Update deps.</action>\n'
+        '<action dev="tgrabowski" type="add">Add X.</action>\n'
+    )
+    assert found(detector, text) == {
+        ("USERNAME", "tgrabowski"), ("NAME", "Ilse Vandamme"), ("USERNAME", "okarlsen"), ("USERNAME", "mbrzezin"),
+    }  # fmt: skip
+    assert found(detector, '<action dev="default" type="fix">x</action>\n') == set()  # a word, no handle
+
+
+def _history(detector: Detector, text: str) -> set[tuple[str, str]]:
+    spans, _ = detector.find(text, history=True)
+    return {(s.entity, text[s.start : s.end]) for s in spans}
+
+
+def test_a_changelog_whose_entries_close_with_credit_credits_its_bare_handles(detector):
+    text = (
+        "## 1.2.0\n"
+        "- `Rule#curry` interface (qvorlund)\n"
+        "- Add `:case?` predicate (@tmaszk)\n"
+        "- Fix a leak (GH#12) [Ilse Vandamme]\n"
+        "- Fix spelling (#86, #96) [hjortvik,pdzur]\n"
+        "- Support Ruby 3 (experimental)\n"
+        "- Docs (speling, etc)\n"
+        "[@tmaszk]: https://github.com/tmaszk\n"
+    )
+    handles = {value for entity, value in _history(detector, text) if entity == "USERNAME"}
+    assert handles == {"qvorlund", "tmaszk", "hjortvik", "pdzur"}  # not a word of the vocabulary, not a list
+
+
+def test_a_changelog_without_credits_in_that_place_keeps_its_closing_words(detector):
+    text = "- add a quantizer (bilinear)\n- fix the pmda (pcpqa)\n- faster hashing (normcnst)\n"
+    assert _history(detector, text) == set()
+    assert found(detector, "- Fix x (qvorlund)\n- Fix y (@tmaszk)\n- Fix z [Ilse Vandamme]\n") == {
+        ("USERNAME", "tmaszk")
+    }  # the convention is a changelog's: other files keep their closing words
+
+
+def test_a_pull_request_credits_its_author(detector):
+    assert found(detector, "Add support for X. Based on a pull request by qvorlund. (tmaszk)\n") >= {
+        ("USERNAME", "qvorlund")
+    }

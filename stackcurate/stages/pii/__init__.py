@@ -210,15 +210,20 @@ def is_people_file(path: str | None) -> bool:
 
 # A project's history: who did what, a name on every few lines with no word before it (`* Fix x (Jane Roe)`,
 # `[ Jane Roe ]`, ` -- Jane Roe <jane@...>`). `ChangeLog`, `NEWS`, `CHANGES.md`, `HISTORY.rst`, Debian's
-# `changelog.Debian`, `/usr/share/doc` copies as `wget.changelog`; not code (`news.py`).
+# `changelog.Debian`, `/usr/share/doc` copies as `wget.changelog`, `RELEASE-NOTES.md`, Maven's `changes.xml` and
+# Tomcat's `changelog.xml`, gzipped as Debian ships them (`changelog.gz`), and the files of a `release-notes/`
+# folder (Jackson's `release-notes/VERSION-2.x`); not code (`news.py`).
 _HISTORY_FILE = re.compile(
-    r"(?i)(?:[\w+\-]+\.)?(?:changelog|changes|news|history)"
-    r"(?:[._\-](?:md|rst|txt|markdown|adoc|org|debian|old|\d[\w.\-]*))?"
+    r"(?i)(?:[\w+\-]+\.)?(?:changelog|changes|news|history|release[-_]?notes)"
+    r"(?:[._\-](?:md|rst|txt|markdown|adoc|org|debian|old|xml|\d[\w.\-]*))?(?:\.gz)?"
 )
+_HISTORY_FOLDER = re.compile(r"(?i)release[-_]?notes")
 
 
 def is_history_file(path: str | None) -> bool:
-    return _HISTORY_FILE.fullmatch((path or "").rsplit("/", 1)[-1]) is not None
+    folder, _, name = (path or "").rpartition("/")
+    in_notes = _HISTORY_FOLDER.fullmatch(folder.rpartition("/")[2]) is not None
+    return in_notes or _HISTORY_FILE.fullmatch(name) is not None
 
 
 class Detector:
@@ -247,6 +252,12 @@ class Detector:
         from stackcurate.stages.pii import idioms
 
         return idioms.people_recognizers()
+
+    @functools.cached_property
+    def history_recognizers(self) -> list[Any]:
+        from stackcurate.stages.pii import idioms
+
+        return idioms.history_recognizers()
 
     @functools.cached_property
     def entities(self) -> list[str]:
@@ -278,11 +289,12 @@ class Detector:
         string literal holding code), and their spans there count at the offsets they map back to."""
         model = self.model
         people = people or [False] * len(texts)
-        whole = [a or b for a, b in zip(people, histories or [False] * len(texts), strict=True)]
+        histories = histories or [False] * len(texts)
+        whole = [a or b for a, b in zip(people, histories, strict=True)]
         model_spans = model.spans(texts, whole) if model is not None else [[] for _ in texts]
         out = []
-        for text, config, listed, found in zip(texts, configs, people, model_spans, strict=True):
-            patterns = self._patterns(text, config, listed) if self.cfg.patterns else []
+        for text, config, listed, history, found in zip(texts, configs, people, histories, model_spans, strict=True):
+            patterns = self._patterns(text, config, listed, history) if self.cfg.patterns else []
             spans, spared = self._judge(text, patterns + found)
             for view in escapes.views(text) if self.cfg.patterns else []:
                 in_view, spared_in_view = self._judge(view.text, self._patterns(view.text, config, listed))
@@ -322,8 +334,12 @@ class Detector:
                 spared.append((span, reason))
         return spans, spared
 
-    def _patterns(self, text: str, config: bool, people: bool = False) -> list[rules.Span]:
-        extra = (self.config_recognizers if config else []) + (self.people_recognizers if people else [])
+    def _patterns(self, text: str, config: bool, people: bool = False, history: bool = False) -> list[rules.Span]:
+        extra = (
+            (self.config_recognizers if config else [])
+            + (self.people_recognizers if people else [])
+            + (self.history_recognizers if history else [])
+        )
         found = self.engine.analyze(
             text, language="en", entities=self.entities, ad_hoc_recognizers=extra or None
         )  # the score threshold applies in find_batch, to pattern and model spans alike

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from presidio_analyzer import EntityRecognizer, RecognizerResult
 from presidio_analyzer.nlp_engine import NlpArtifacts
 
-from stackcurate.stages.pii.entities import EMAIL, KEY, NAME, PASSWORD, USERNAME
+from stackcurate.stages.pii.entities import DETECTOR, EMAIL, KEY, NAME, PASSWORD, USERNAME
 from stackcurate.stages.pii.recognizers import (
     _HANDLE,
     _LOW,
@@ -49,7 +49,7 @@ from stackcurate.stages.pii.recognizers import (
     is_reference,
     not_prose,
 )
-from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, english_words
+from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, common_words, english_words
 
 # --- people ---------------------------------------------------------------------------------------------------
 
@@ -205,6 +205,10 @@ NAME_PLACES = [
         names=_closing_names,
     ),
     NamePlace("person_record", _NAMED_PERSON, ("name",), names=_one, check=_in_person_record, anchor="mail"),
+    # Maven's changes plugin (`src/changes/changes.xml`): `<action dev="jroe" type="fix" due-to="Jane Roe">`.
+    NamePlace(
+        "changes_due_to", re.compile(rf'<action\b[^>\n]*?\bdue-to="(?P<list>{_PERSON})"'), ("<action",), names=_one
+    ),
     NamePlace("r_person", _R_PERSON, ("person(",), names=_r_person_names, reach=2000),
     NamePlace(
         "dcf_author",
@@ -414,7 +418,8 @@ HANDLE_RULES = [
     Rule(
         "credit_handle",
         re.compile(
-            r"(?i:\bthanks(?:[ \t]+to)?,?|\b(?:patch(?:es)?|fix(?:es)?|report)[ \t]+from|\b(?:reported|suggested|"
+            r"(?i:\bthanks(?:[ \t]+to)?,?|\b(?:patch(?:es)?|fix(?:es)?|report|pull[ \t]+request)[ \t]+(?:from|by)|"
+            r"\b(?:reported|suggested|"
             rf"requested|patched|fixed|contributed|noticed|spotted)[ \t]+by)[ \t]+@?({_HANDLE})\b"
             r"(?![@.]\w|[ \t]+[A-Z][a-z])"
         ),
@@ -422,6 +427,23 @@ HANDLE_RULES = [
         0.75,
         lambda match, _text: _handle_word(match.group(1)),
         keywords=("thanks", " from ", " by "),
+    ),
+    # Maven's changes plugin: `<action dev="jroe" type="fix" due-to="tli">`, the committer and the contributor.
+    Rule(
+        "changes_dev",
+        re.compile(rf'<action\b[^>\n]*?\b(?:dev|due-to)="({_HANDLE})"'),
+        ((1, USERNAME),),
+        0.8,
+        lambda match, _text: _handle_word(match.group(1)),
+        keywords=("<action",),
+    ),
+    Rule(  # an `<action>` with both names the second too
+        "changes_dev",
+        re.compile(rf'<action\b[^>\n]*?\b(?:dev|due-to)="[^"\n]*"[^>\n]*?\b(?:dev|due-to)="({_HANDLE})"'),
+        ((1, USERNAME),),
+        0.8,
+        lambda match, _text: _handle_word(match.group(1)),
+        keywords=("<action",),
     ),
     # GitHub's merge commits, quoted in changelogs: `Merge pull request #12 from jroe/fix-parser`.
     Rule(
@@ -835,6 +857,74 @@ def recognizers() -> list[EntityRecognizer]:
             ],
         ),
     ]
+
+
+# --- changelogs -------------------------------------------------------------------------------------------------
+
+# An entry that closes with who did it, no period before (`- Fix x (jroe)`, `* Add y [@jroe]`, `- fix leak (GH#3)
+# [Jane Roe]`, `(dkg, Jane Roe)`): a closing bracket at the end of a line.
+_TRAILING = re.compile(r"(?m)\S[ \t]+[(\[]([\w@][\w@ ,.'’\-]{1,80})[)\]]\.?[ \t]*\r?$")
+_TRAILING_ITEM = re.compile(r",[ \t]*|[ \t]+and[ \t]+")
+_BARE_HANDLE = re.compile(r"@?[A-Za-z0-9][A-Za-z0-9\-]{1,38}")  # a forge's or CPAN's: no `_`, no dots
+# A link definition for a handle, as Ruby and Go changelogs write them: `[@jroe]: https://github.com/jroe`.
+_HANDLE_LINK = re.compile(
+    r"(?m)^\[@([A-Za-z0-9][A-Za-z0-9\-]{0,38})\]:[ \t]*https?://(?:www\.)?(?:github|gitlab)\.com/"
+)
+TRAILING_CONVENTION = 2  # closing brackets holding a name or an @handle that make a file's entries close with credit
+
+
+class _TrailingCredits(EntityRecognizer):
+    """The handles that close a changelog's entries, in a file whose entries close that way: at least
+    `TRAILING_CONVENTION` closing brackets hold a person's name or an `@handle` (`(Jane Roe)`, `[@jroe]`). Then a
+    bare word there is a handle (`(solnic)`, `[rkitover]`) unless it is a word: of English (`english_words`) or of
+    the shipped encoder's vocabulary, a common word or name (`(experimental)`, `(unreleased)`, `(rpm)`). Dates,
+    references and groups are never handles (`_handle_word`). On Debian's Perl, Ruby, R and Go changelogs
+    (other packages than the evaluation sets'), files without names or handles in that place close their entries
+    with module names, flags and words (`(bilinear)`, `(normcnst)`), and those with them with handles."""
+
+    def __init__(self) -> None:
+        super().__init__(supported_entities=[USERNAME], name="TrailingCredits")
+
+    def load(self) -> None:
+        pass
+
+    def analyze(self, text: str, entities: list[str], nlp_artifacts: NlpArtifacts | None = None) -> list:
+        if USERNAME not in entities or (")" not in text and "]" not in text):
+            return []
+        items = []  # (end, the item as written)
+        for match in _TRAILING.finditer(text):
+            at, parts = match.start(1), _TRAILING_ITEM.split(match.group(1))
+            if any(part.lower() in common_words() for part in parts):  # `(speling, etc)`: a list of words
+                continue
+            for part in parts:
+                start = text.index(part, at) if part else at
+                items.append((start + len(part), part))
+                at = start + len(part)
+        credited = sum(part.startswith("@") and _handle_word(part) or bool(_PERSON_LINE.fullmatch(part))
+                       for *_, part in items)  # fmt: skip
+        results = [self._result(*match.span(1), "handle_link_definition") for match in _HANDLE_LINK.finditer(text)]
+        if credited < TRAILING_CONVENTION:
+            return results
+        for end, part in items:
+            if _BARE_HANDLE.fullmatch(part) and _handle_word(part) and any(c.isalpha() for c in part):
+                bare = part.lstrip("@")
+                if part.startswith("@") or bare.lower() not in common_words():
+                    results.append(self._result(end - len(bare), end, "trailing_credit"))
+        return results
+
+    def _result(self, start: int, end: int, rule: str) -> RecognizerResult:
+        result = RecognizerResult(USERNAME, start, end, 0.75)
+        result.recognition_metadata = {
+            DETECTOR: f"pattern:{rule}",
+            RecognizerResult.RECOGNIZER_NAME_KEY: self.name,
+            RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id,
+        }
+        return result
+
+
+def history_recognizers() -> list[EntityRecognizer]:
+    """The recognizers added for changelogs (`is_history_file`)."""
+    return [_TrailingCredits()]
 
 
 # --- files that list people -------------------------------------------------------------------------------------

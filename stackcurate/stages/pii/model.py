@@ -389,7 +389,12 @@ def _widen(text: str, entity: str, start: int, end: int) -> tuple[int, int]:
             start += 1
         while end > start and not _word_char(text[end - 1]) and text[end - 1] != ".":  # `Jr.`, `J.`
             end -= 1
+    if entity == NAME and end - 2 > start and _POD_CODE.match(text, end - 2):  # `Jane Roe E<lt>`: POD's, no initial
+        end -= 2
     return start, end
+
+
+_POD_CODE = re.compile(r"[ \t][BCEFILSXZ]<")
 
 
 def _word_char(c: str) -> bool:

@@ -31,12 +31,14 @@ evaluation can say why a span was not redacted.
 
 import functools
 import ipaddress
+import json
 import re
 import string
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+from stackcurate.core.errors import StackcurateError
 from stackcurate.core.paths import filters_dir
 from stackcurate.core.tables import read_name_list
 from stackcurate.stages.pii.entities import EMAIL, IP_ADDRESS, KEY, NAME, PASSWORD, USERNAME
@@ -119,6 +121,19 @@ def english_words() -> frozenset[str]:
     from pydoc_data.topics import topics
 
     return frozenset(word.lower() for text in topics.values() for word in re.findall(r"[A-Za-z]{2,}", text))
+
+
+@functools.cache
+def common_words() -> frozenset[str]:
+    """`english_words` and the whole words of the shipped encoder's vocabulary (BERT's, from English Wikipedia and
+    books: ~21,000 common words and names, in lower case), where the base encoder is installed."""
+    try:
+        from stackcurate.stages.pii import shipped
+
+        vocab = json.loads((shipped.base_folder() / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    except (StackcurateError, OSError, KeyError, ValueError):
+        return english_words()
+    return english_words() | {word for word in vocab if word.isascii() and word.isalpha()}
 
 
 def is_gibberish(value: str) -> bool:
@@ -365,7 +380,8 @@ def is_organisation(name: str, after: str = "") -> bool:
     own = {_NOT_WORD.sub("", word).lower() for word in name.split()}
     if own & (words | forms):
         return True
-    following = _NOT_WORD.sub(" ", after).split()[:1]  # `, Inc.`: the next word, past commas and dots
+    # `, Inc.`: the next word on the line, past commas and dots (not `Incorporated` opening the next paragraph)
+    following = _NOT_WORD.sub(" ", after.split("\n", 1)[0]).split()[:1]
     return bool(following) and following[0].lower() in forms
 
 
