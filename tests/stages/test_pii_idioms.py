@@ -604,3 +604,11 @@ def test_a_pull_request_credits_its_author(detector):
     assert found(detector, "Add support for X. Based on a pull request by qvorlund. (tmaszk)\n") >= {
         ("USERNAME", "qvorlund")
     }
+
+
+def test_gradle_contributors_and_the_account_that_built_a_jar(detector):
+    text = "contributors {\n  contributor {\n    name 'Ilse Vandamme'\n  }\n}\n"
+    assert found(detector, text) == {("NAME", "Ilse Vandamme")}
+    assert found(detector, "attributes 'Built-By': 'qvorlund', 'Created-By': 'Gradle'\n") == {("USERNAME", "qvorlund")}
+    assert found(detector, "Manifest-Version: 1.0\nBuilt-By: qvorlund\n") == {("USERNAME", "qvorlund")}
+    assert found(detector, "Built-By: jenkins\n") == set()  # a CI's shared account

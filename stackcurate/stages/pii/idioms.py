@@ -122,8 +122,8 @@ _AUTHOR_HEADING = re.compile(
 _MAILTO_LINK = re.compile(rf"""mailto:[^"'<>\s]+["']?[^<>\n]*>[ \t]*(?P<list>{_PERSON})[ \t]*</a>""")
 # A Debian changelog's per-person section: `  [ Jane Roe ]`.
 _CHANGELOG_SECTION = re.compile(rf"(?m)^[ \t]+\[[ \t]*(?P<list>{_PERSON})[ \t]*\][ \t]*\r?$")
-# Gradle's `developer {` block (Maven's and PEAR's XML blocks: `recognizers._in_developer`).
-_OPEN_GRADLE_DEVELOPER = re.compile(r"(?s)\bdeveloper[ \t]*\{[^{}]*$")
+# Gradle's `developer {` and `contributor {` blocks (Maven's and PEAR's XML blocks: `recognizers._in_developer`).
+_OPEN_GRADLE_DEVELOPER = re.compile(r"(?s)\b(?:developer|contributor)[ \t]*\{[^{}]*$")
 _GRADLE_FIELD = r"""(?:[ \t]*=[ \t]*|[ \t]+|\.set\([ \t]*)["']"""
 
 
@@ -204,7 +204,7 @@ NAME_PLACES = [
         (")",),
         names=_closing_names,
     ),
-    NamePlace("person_record", _NAMED_PERSON, ("name",), names=_one, check=_in_person_record, anchor="mail"),
+    NamePlace("person_record", _NAMED_PERSON, ("name",), names=_one, check=_in_person_record, anchor=("mail",)),
     # Maven's changes plugin (`src/changes/changes.xml`): `<action dev="jroe" type="fix" due-to="Jane Roe">`.
     NamePlace(
         "changes_due_to", re.compile(rf'<action\b[^>\n]*?\bdue-to="(?P<list>{_PERSON})"'), ("<action",), names=_one
@@ -227,7 +227,7 @@ NAME_PLACES = [
         ("appendnode",),
         names=_one,
         check=lambda match, text: match.group("field") == "name" and _developer_node(match, text),
-        anchor="developer",
+        anchor=("developer",),
     ),
     NamePlace(
         "gradle_developer",
@@ -241,7 +241,7 @@ NAME_PLACES = [
         re.compile(rf"""\bname{_GRADLE_FIELD}(?P<list>[^"'\n]{{1,200}})["']"""),
         ("name",),
         check=_in_gradle_developer,
-        anchor="developer",
+        anchor=("developer", "contributor"),
     ),
 ]
 
@@ -360,6 +360,7 @@ _SLOT_HANDLE = re.compile(
 # R's DESCRIPTION: `Packaged: 2023-01-04 10:12:31 UTC; jroe`, the account that built the tarball.
 _PACKAGED_BY = re.compile(r"(?m)^Packaged:[^;\n]*;[ \t]*([A-Za-z0-9][\w.\-]{1,38})[ \t]*\r?$")
 
+_BUILT_BY = re.compile(rf"""Built-By["']?[ \t]*[:=][ \t]*["']?({_HANDLE})(?![\w.@-])""")
 
 _AUTHOR_NAMES = frozenset({"author", "authors", "owner", "owners", "maintainer", "maintainers"})  # `Author: author,`
 
@@ -471,6 +472,8 @@ HANDLE_RULES = [
         keywords=("author", "copyright", "(c)", "©", " by ", "thanks"),
     ),
     Rule("packaged_by", _PACKAGED_BY, ((1, USERNAME),), 0.8, _slot_handle, keywords=("packaged:",)),
+    # A jar's manifest names the account that built it: `Built-By: jroe`, Gradle's `attributes 'Built-By': 'jroe'`.
+    Rule("packaged_by", _BUILT_BY, ((1, USERNAME),), 0.8, _slot_handle, keywords=("built-by",)),
 ]
 
 EMAIL_RULES = [

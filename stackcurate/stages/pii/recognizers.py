@@ -692,7 +692,8 @@ class NamePlace:
         names: Reads the names in the group.
         check: Keeps a match only if `check(match, text)` holds.
         reach: How far past its first line a match may run (multi-line tables and lists).
-        anchor: A string every text with such a place holds (`developer`): a text without it skips the place.
+        anchor: Lowercase strings one of which every text with such a place holds (`("developer",)`): a text
+            without any skips the place.
     """
 
     name: str
@@ -701,7 +702,7 @@ class NamePlace:
     names: Callable[[str, int, int], Iterator[tuple[int, int]]] = _listed_names
     check: Callable[[re.Match[str], str], bool] | None = None
     reach: int = 1
-    anchor: str | None = None
+    anchor: tuple[str, ...] | None = None
 
 
 _REST = r"(?P<list>[^\n]{1,300})"  # the names run to the end of the line
@@ -1018,7 +1019,7 @@ class NameRecognizer(EntityRecognizer):
         results = []
         low = lowered(text)
         for place in self.places:
-            if place.anchor is not None and place.anchor not in low:
+            if place.anchor is not None and not any(anchor in low for anchor in place.anchor):
                 continue
             for match in _matches(place, text, low):
                 if place.check is not None and not place.check(match, text):
