@@ -612,3 +612,15 @@ def test_gradle_contributors_and_the_account_that_built_a_jar(detector):
     assert found(detector, "attributes 'Built-By': 'qvorlund', 'Created-By': 'Gradle'\n") == {("USERNAME", "qvorlund")}
     assert found(detector, "Manifest-Version: 1.0\nBuilt-By: qvorlund\n") == {("USERNAME", "qvorlund")}
     assert found(detector, "Built-By: jenkins\n") == set()  # a CI's shared account
+
+
+def test_an_email_element_holds_an_address_however_spelled_and_profile_urls_hold_handles(detector):
+    text = (
+        "<developer>\n  <email>qvorlund at apache.org</email>\n  <email>tmaszk -at- posteo dot de</email>\n"
+        "  <url>http://people.apache.org/~qvorlund</url>\n  <url>https://twitter.com/tmaszk</url>\n</developer>\n"
+    )
+    assert found(detector, text) == {
+        ("EMAIL", "qvorlund at apache.org"), ("EMAIL", "tmaszk -at- posteo dot de"),
+        ("USERNAME", "qvorlund"), ("USERNAME", "tmaszk"),
+    }  # fmt: skip
+    assert found(detector, "see https://twitter.com/hashtag/python and https://x.com/intent/tweet?text=hi\n") == set()

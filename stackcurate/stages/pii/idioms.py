@@ -360,6 +360,7 @@ _SLOT_HANDLE = re.compile(
 # R's DESCRIPTION: `Packaged: 2023-01-04 10:12:31 UTC; jroe`, the account that built the tarball.
 _PACKAGED_BY = re.compile(r"(?m)^Packaged:[^;\n]*;[ \t]*([A-Za-z0-9][\w.\-]{1,38})[ \t]*\r?$")
 
+_TWITTER_PAGES = frozenset("hashtag intent share search home settings login signup explore i messages".split())
 _BUILT_BY = re.compile(rf"""Built-By["']?[ \t]*[:=][ \t]*["']?({_HANDLE})(?![\w.@-])""")
 
 _AUTHOR_NAMES = frozenset({"author", "authors", "owner", "owners", "maintainer", "maintainers"})  # `Author: author,`
@@ -414,6 +415,19 @@ HANDLE_RULES = [
         ((1, USERNAME),),
         0.85,
         keywords=("metacpan.org/", "search.cpan.org/~"),
+    ),
+    # A user's home on a web server (`http://people.apache.org/~jroe/`, `https://www.cs.x.edu/~jroe`) and a
+    # Twitter profile (`https://twitter.com/jroe`): the account's name.
+    Rule(
+        "profile_url",
+        re.compile(
+            r"(?i:https?://[\w.\-]+(?::\d+)?/~|(?<![\w.])(?:twitter|x)\.com/@?)([A-Za-z0-9][A-Za-z0-9_\-]{1,38})"
+            r"(?![\w.\-]*[?=&])"
+        ),
+        ((1, USERNAME),),
+        0.8,
+        lambda match, text: _slot_handle(match, text) and match.group(1).lower() not in _TWITTER_PAGES,
+        keywords=("/~", "twitter.com/", "x.com/"),
     ),
     # A changelog's credit to a handle: `thanks to jroe`, `patch from jroe`, `reported by jroe` (no English word).
     Rule(
@@ -485,6 +499,18 @@ EMAIL_RULES = [
         lambda match, _text: _spelled_address(match.group(1)),
         keywords=(" at ",),
     ),  # fmt: skip
+    # A manifest's email element holds an address, however spelled: Maven's `<email>jroe at apache.org</email>`,
+    # `<email>jroe -at- x dot org</email>`.
+    Rule(
+        "obfuscated_email",
+        re.compile(
+            r"<email>[ \t]*([\w.+%\-]{1,64}[ \t]*(?:[\[({<\-][ \t]*(?:at|AT)[ \t]*[\])}>\-]|[ \t](?:at|AT)[ \t])"
+            r"[ \t]*[\w\-]+(?:(?:\.|[ \t]*[\[({<\-]?[ \t]*(?:dot|DOT)[ \t]*[\])}>\-]?[ \t]*)[\w\-]+)+)[ \t]*</email>"
+        ),
+        ((1, EMAIL),),
+        0.85,
+        keywords=("<email>",),
+    ),
     # POD's `E<lt>jroe@cpan.orgE<gt>`: the generic regex would take the `E` of `E<gt>` into the domain.
     Rule(
         "pod_email",
