@@ -624,3 +624,15 @@ def test_an_email_element_holds_an_address_however_spelled_and_profile_urls_hold
         ("USERNAME", "qvorlund"), ("USERNAME", "tmaszk"),
     }  # fmt: skip
     assert found(detector, "see https://twitter.com/hashtag/python and https://x.com/intent/tweet?text=hi\n") == set()
+
+
+def test_docker_maintainers_teams_and_markdown_tables_of_people(detector):
+    text = (
+        '[Org]\n  [Org."Core maintainers"]\n    people = [\n      "qvorlund",\n      "tmaszk",\n    ]\n\n'
+        '[people.qvorlund]\n  Name = "Ilse Vandamme"\n  note = "bob"\n'
+    )
+    assert found(detector, text, people=True) == {
+        ("USERNAME", "qvorlund"), ("USERNAME", "tmaszk"), ("NAME", "Ilse Vandamme"),
+    }  # fmt: skip
+    table = "| Name | GitHub |\n|---|---|\n| Ilse Vandamme | [@qvorlund](https://github.com/qvorlund) |\n"
+    assert ("NAME", "Ilse Vandamme") in found(detector, table, people=True)

@@ -987,6 +987,11 @@ _TOML_PERSON = re.compile(
     rf"(?m)^[ \t]*\[people\.({_HANDLE})\]"
     rf"""|^[ \t]*(?i:github|gitlab|handle|username)[ \t]*=[ \t]*["']@?({_HANDLE})["']"""
 )
+# Docker's MAINTAINERS: each team's `people = [ "jroe", "tli", ]`, a quoted handle on each line (or on one).
+_OPEN_PEOPLE_ARRAY = re.compile(r"(?:^|\n)[ \t]*people[ \t]*=[ \t]*\[[^\]]*\Z")  # still open where the handle is
+_QUOTED_HANDLE = re.compile(rf"""["']@?({_HANDLE})["']""")
+# A Markdown table of people: a name in the first cell (`| Jane Roe | @jroe | jroe@x.org |`).
+_TABLE_NAME = re.compile(rf"(?m)^\|[ \t]*(?P<list>{_PERSON})[ \t]*\|")
 _TOML_NAME = re.compile(rf"""(?m)^[ \t]*(?i:name|fullname)[ \t]*=[ \t]*["'](?P<list>{_PERSON})["'][ \t]*\r?$""")
 _NOT_LISTED_HANDLES = frozenset("none and the etc others other see todo tbd n/a various unknown".split())
 
@@ -1012,6 +1017,7 @@ def people_recognizers() -> list[EntityRecognizer]:
             [
                 NamePlace("people_file", re.compile(r"\A(?P<list>[\s\S]+)"), (), names=_people_names, reach=1 << 40),
                 NamePlace("people_file", _TOML_NAME, ("name",), names=_one),
+                NamePlace("people_file", _TABLE_NAME, ("|",), names=_one),
             ]
         ),
         RegexRecognizer(
@@ -1032,6 +1038,14 @@ def people_recognizers() -> list[EntityRecognizer]:
                     "people_file_handle", _AT_HANDLE, ((1, USERNAME),), 0.75, _credit_handle, anchor="@", one_line=True
                 ),
                 Rule("people_file_handle", _TOML_PERSON, ((1, USERNAME), (2, USERNAME)), 0.8),
+                Rule(
+                    "people_file_handle",
+                    _QUOTED_HANDLE,
+                    ((1, USERNAME),),
+                    0.8,
+                    lambda match, text: _preceded_by(_OPEN_PEOPLE_ARRAY, match.start(), text, 4000),
+                    anchor="people",
+                ),
             ],
         ),
         RegexRecognizer(
