@@ -636,3 +636,29 @@ def test_docker_maintainers_teams_and_markdown_tables_of_people(detector):
     }  # fmt: skip
     table = "| Name | GitHub |\n|---|---|\n| Ilse Vandamme | [@qvorlund](https://github.com/qvorlund) |\n"
     assert ("NAME", "Ilse Vandamme") in found(detector, table, people=True)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("Aws::Credentials.new('AKIAQWERTYUIOPASDFGH', 'Zx9cVb8Nm7Lk6Jh5Gf4Ds3Aq2We1Rt0YuIoPlMnB')\n",
+         "Zx9cVb8Nm7Lk6Jh5Gf4Ds3Aq2We1Rt0YuIoPlMnB"),
+        ('c, _ := minio.New(host, "Q7BM3UQ867SPQQA43P2F", "zuf+tfteSlswRu7BJ86wekitnifILbZam1KYY3TG", true)\n',
+         "zuf+tfteSlswRu7BJ86wekitnifILbZam1KYY3TG"),
+        ('blob = BlobServiceClient(account_url=url, credential="c2VjcmV0a2V5Zm9yYXp1cmVibG9ic3RvcmFnZQ==")\n',
+         "c2VjcmV0a2V5Zm9yYXp1cmVibG9ic3RvcmFnZQ=="),
+        ("cookies['_myapp_session'] = 'BAh7B0kiD3Nlc3Npb25faWQGOgZFVEkiJTk4'\n",
+         "BAh7B0kiD3Nlc3Npb25faWQGOgZFVEkiJTk4"),
+        ('req.AddCookie(&http.Cookie{Name: "session_token", Value: "q8v3k2m9n7b5x1z4c6l0p2w8Zx9c"})\n',
+         "q8v3k2m9n7b5x1z4c6l0p2w8Zx9c"),
+        ("# Netscape HTTP Cookie File\n.corp.net\tTRUE\t/\tFALSE\t0\tsessionid\tq8v3k2m9n7b5x1z4c6l0p2w8\n",
+         "q8v3k2m9n7b5x1z4c6l0p2w8"),
+    ],
+)  # fmt: skip
+def test_cloud_keys_after_their_id_and_session_cookies_as_clients_set_them(detector, text, value):
+    assert ("KEY", value) in found(detector, text)
+
+
+def test_ruby_smtp_start_takes_the_password_fifth(detector):
+    text = "Net::SMTP.start('smtp.corp.net', 25, 'corp.net', 'mailer', 'Wq2eRt4Yu', :plain)\n"
+    assert ("PASSWORD", "Wq2eRt4Yu") in found(detector, text)

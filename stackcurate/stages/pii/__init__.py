@@ -81,8 +81,9 @@ SPANS_FIELD = pa.field("pii_spans", pa.list_(SPAN_TYPE))
 
 # Files whose values go unquoted (`KEY=value`, `key: value`): by extension, file name, or enry language.
 CONFIG_EXTENSIONS = frozenset(
-    {"env", "ini", "cfg", "conf", "config", "properties", "yaml", "yml", "toml", "cnf", "npmrc", "pypirc", "netrc"}
-)
+    {"env", "ini", "cfg", "conf", "config", "properties", "yaml", "yml", "toml", "cnf", "npmrc", "pypirc", "netrc",
+     "s3cfg", "boto"}
+)  # fmt: skip
 TEMPLATE_SUFFIXES = frozenset({"example", "sample", "dist", "template", "tmpl", "default", "orig", "bak", "in"})
 CONFIG_LANGUAGES = frozenset({"INI", "YAML", "TOML", "Java Properties", "Dotenv", "Git Config", "Nginx"})
 

@@ -538,14 +538,15 @@ _ARGUMENT = r"""(?:[bu]?["'][^"'\n]{0,120}["']|[$@]?[\w.\->:\[\]]{1,80}(?:\(\))?
 # `Credentials.basic("u", "...")`, `->auth('u', '...')`, `smtp.login(user, "...")`, `ldap.bind(dn, "...")`; or
 # the one after a quoted user further on: `smtp.PlainAuth("", "u", "...", host)`, `FTP(host, "u", "...")`,
 # `ldap_bind($ds, "dn", "...")`, `new NetworkCredential("u", "...")`, `$ua->credentials($net, $realm, "u", "...")`,
-# `ssh2_auth_password($c, "u", "...")`, `->authorization_basic("u", "...")`, `imap_open($box, "u", "...")`.
+# `ssh2_auth_password($c, "u", "...")`, `->authorization_basic("u", "...")`, `imap_open($box, "u", "...")`,
+# Ruby's `Net::SMTP.start(host, 25, helo, "u", "...")`.
 _AUTH_CALL_BEFORE = re.compile(
     r"(?i)(?:(?:\w*basic_?auth\w*|\w*password_?(?:credentials|authentication)|(?<![\w])(?:basic|auth|login|logon|"
     r"sign_?in|bind|simple_bind_s|authenticate|with_?basic_?auth|http_?auth))(?:[ \t]*\(|[ \t]+)\s*"
     + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""
     r"|:basic_auth[ \t]*,\s*" + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""  # Faraday's `f.request :basic_auth, 'u', '...'`
     r"|(?:\w*auth|\w*login|\w+_bind|\w*credentials?|\w*password|\w*basic|\w*authenticator|imap_open|ftp(?:_tls)?|"
-    r"smtp(?:_ssl)?|imap4(?:_ssl)?|pop3)"
+    r"smtp(?:_ssl)?|imap4(?:_ssl)?|pop3|(?:smtp|pop3?)\.start)"
     r"[ \t]*\(\s*(?:" + _ARGUMENT + r"""\s*,\s*){0,3}[bu]?["'][^"'\n]{1,80}["']\s*,\s*[bu]?["']$)"""
 )  # fmt: skip
 # ... or the third of a database connect call: `DriverManager.getConnection(url, "u", "...")`,
@@ -669,9 +670,12 @@ _DSN_PASSWORD = re.compile(
 _ACCOUNT_KEY = re.compile(r"\b(?:AccountKey|SharedAccessKey|SharedAccessSignature)=([A-Za-z0-9+/]{30,}={0,2})")
 # A session cookie's value: `Cookie: sessionid=...`, `JSESSIONID=...`, `_session_id=...`, and as a client's
 # cookie jar writes it: `{"session": "..."}`, `cookies.set("PHPSESSID", "...")`.
+# `cookies['_app_session'] = "..."`, Go's `http.Cookie{Name: "session_token", Value: "..."}` and a Netscape cookie
+# file's tab-separated `sessionid<TAB>...` too.
 _SESSION_COOKIE = re.compile(
-    r"(?i)\b(?:session(?:_?id)?|sid|phpsessid|jsessionid|connect\.sid|_[\w]+_session|csrftoken|remember_token)"
-    r"""(?:=|["'][ \t]*[:,][ \t]*["'])([A-Za-z0-9%._\-]{16,})"""
+    r"(?i)\b(?:session(?:_?(?:id|token|key))?|sid|phpsessid|jsessionid|connect\.sid|_[\w]+_session|csrftoken|"
+    r"""remember_token)(?:=|\t|["'][ \t]*[:,][ \t]*(?:value:[ \t]*)?["']|["']\][ \t]*=[ \t]*["'])"""
+    r"([A-Za-z0-9%._\-]{16,})"
 )
 
 
@@ -844,10 +848,13 @@ _AWS_SECRET = re.compile(
 # A random literal after the first argument of a call that builds a credential: Azure's
 # `NewSharedKeyCredential("acct", "...")`, `new StorageSharedKeyCredential(acct, "...")`, AWS's
 # `new BasicAWSCredentials("AKIA...", "...")`, minio's `credentials.NewStaticV4("id", "...", "")`.
+# Ruby's `Aws::Credentials.new("AKIA...", "...")`; the argument after an access key ID (twenty capitals and digits:
+# `minio.New(host, "Q3AM3UQ867SPQQA43P2F", "...", true)`); Python's `BlobServiceClient(url, credential="...")`.
 _CREDENTIAL_CALL_BEFORE = re.compile(
-    r"(?i)\b(?!\w*(?:password|basic))\w*(?:credentials?|staticv[24])[ \t]*\([ \t]*"
+    r"(?i)\b(?!\w*(?:password|basic))\w*(?:credentials?|staticv[24])(?:\.new)?[ \t]*\([ \t]*"
     r"(?:[bu]?[\"'][^\"'\n]{1,80}[\"']|[$@]?[\w.\->]{1,80})"
     r"[ \t]*,[ \t]*[bu]?[\"']$"
+    r"""|(?-i:["'][A-Z0-9]{20}["'])[ \t]*,[ \t]*[bu]?["']$|\b(?:credential|account_key)[ \t]*=[ \t]*[bu]?["']$"""
 )
 _QUOTED_TOKEN = re.compile(r"""(?<=["'`])[A-Za-z0-9+/=_\-.~]{20,}(?=["'`])""")
 
@@ -859,7 +866,14 @@ def _credential_key(match: re.Match[str], text: str) -> bool:
 KEY_RULES = [
     Rule("cli_key", _CLI_KEY, ((1, KEY),), 0.8, _random_value, keywords=("-key",)),
     Rule("aws_secret_key", _AWS_SECRET, ((1, KEY),), 0.9, _random_value, keywords=("secret_access", "secretaccess")),
-    Rule("credential_key", _QUOTED_TOKEN, ((0, KEY),), 0.8, _credential_key, keywords=("credential", "staticv")),
+    Rule(
+        "credential_key",
+        _QUOTED_TOKEN,
+        ((0, KEY),),
+        0.8,
+        _credential_key,
+        keywords=("credential", "staticv", "minio.new", "account_key"),
+    ),
     Rule("account_key", _ACCOUNT_KEY, ((1, KEY),), 0.9, _random_value, anchor=("AccountKey=", "SharedAccess")),
     Rule(
         "session_cookie",
@@ -867,7 +881,7 @@ KEY_RULES = [
         ((1, KEY),),
         0.75,
         _random_value,
-        keywords=("session", "sessid", "sid=", "csrftoken", "remember_token"),
+        keywords=("session", "sessid", "sid=", "sid\t", "csrftoken", "remember_token"),
     ),
 ]
 
