@@ -197,6 +197,14 @@ def test_name_and_username_spans_lose_the_punctuation_at_their_ends():
     assert text[slice(*_widen(text, "PASSWORD", start, text.index(")") + 1))] == "(@mkowal)"  # may be punctuation
     pod = "Maria Lopez E<lt>ml@x.orgE<gt>"  # a POD formatting code after a name is no initial
     assert pod[slice(*_widen(pod, "NAME", 0, 13))] == "Maria Lopez"
+    for text, wide, name in [
+        ("Rules inspired by Edward Tufte's layout", "Edward Tufte's", "Edward Tufte"),
+        ("Thanks, Steve Leonard. Closes issue", "Steve Leonard.", "Steve Leonard"),
+        ("by J. A. Martin Jr. and", "Martin Jr.", "Martin Jr."),
+        ("from Michael van Tellingen).", "Michael van", "Michael van Tellingen"),
+    ]:
+        start = text.index(wide)
+        assert text[slice(*_widen(text, "NAME", start, start + len(wide)))] == name
 
 
 def test_a_line_longer_than_the_window_is_split_with_overlap():

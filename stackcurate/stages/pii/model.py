@@ -389,12 +389,23 @@ def _widen(text: str, entity: str, start: int, end: int) -> tuple[int, int]:
             start += 1
         while end > start and not _word_char(text[end - 1]) and text[end - 1] != ".":  # `Jr.`, `J.`
             end -= 1
-    if entity == NAME and end - 2 > start and _POD_CODE.match(text, end - 2):  # `Jane Roe E<lt>`: POD's, no initial
-        end -= 2
+    if entity == NAME:
+        if end - 2 > start and _POD_CODE.match(text, end - 2):  # `Jane Roe E<lt>`: POD's code, no initial
+            end -= 2
+        if text[end - 2 : end] in ("'s", "’s"):  # `Edward Tufte's layout`
+            end -= 2
+        if text[end - 1 : end] == "." and not _ABBREVIATED.search(text, start, end):  # `Thanks, Jane Roe.`
+            end -= 1
+        tail = _PARTICLE_THEN_NAME.match(text, end)
+        if _ENDS_WITH_PARTICLE.search(text, start, end) and tail:  # `Michael van| Tellingen`
+            end = tail.end()
     return start, end
 
 
 _POD_CODE = re.compile(r"[ \t][BCEFILSXZ]<")
+_ABBREVIATED = re.compile(r"(?:\b\w|\b(?:Jr|Sr|Dr|St))\.\Z")  # `J.`, `Jr.`: the period is the name's
+_ENDS_WITH_PARTICLE = re.compile(r"\s(?:van|von|der|den|de|da|del|della|di|du|la|le|ten|ter)\Z")
+_PARTICLE_THEN_NAME = re.compile(r"[ \t]+[^\W\d_a-z][^\W\d_]+")
 
 
 def _word_char(c: str) -> bool:
