@@ -587,6 +587,11 @@ def test_private_loopback_and_documentation_addresses_are_not_redacted(detector)
         '  "version": "4.12.1.12",\n',
         "requests==2.31.0.1\nurllib3>=1.26.18.2\nidna~=3.4.0.1\n",
         "pkg==1.2.3.4 ; python_version >= '3.8'\n",
+        "Requires: libfoo >= 1.4.22.3\n",
+        "  * upgrade to 4.12.0.1 (bugfix)\n",
+        "Build 8.0.11.22 (x64)\n",
+        "copy h2-2.1.214.0.jar and ant-1.10.13.1.jar\n",
+        "tomcat 9.0.43.0 released\n",
     ],
 )
 def test_version_strings_shaped_like_addresses_are_not_addresses(detector, text):

@@ -226,19 +226,23 @@ _IPV6 = re.compile(r"(?<![\w:.])((?:[0-9A-Fa-f]{1,4}|:)?(?::[0-9A-Fa-f]{0,4}){2,
 _DOTTED_QUAD = re.compile(r"\d\.\d{1,3}\.\d{1,3}\.\d")  # anchors: what every match of the two above holds
 _TWO_COLONS = re.compile(r":[0-9A-Fa-f]{0,4}:")
 # `id-1.6.14.2` (DocBook's section anchors) is an identifier's tail.
+# `Build 8.0.11.22`, `upgrade to 4.12.0.1`, `libfoo >= 1.4.22.3`, `h2-2.1.214.0.jar`.
 _VERSION_BEFORE = re.compile(
-    r"(?i)(?:(?:(?<![a-z])(?:version|ver|release|rev|section|chapter|§)|(?<=[a-z])(?-i:Version))\w*"
-    r"[\s\"'>]*[=:]{0,2}[\s\"'(]*|==|>=|<=|~=|!=|@"
-    r"|[a-z]-)$"
+    r"(?i)(?:(?:(?<![a-z])(?:version|ver|release|rev|section|chapter|§|build|upgrade|update|bump)|"
+    r"(?<=[a-z])(?-i:Version))\w*(?:[ \t]+to)?"
+    r"[\s\"'>]*[=:]{0,2}[\s\"'(]*|(?:==|>=|<=|~=|!=)[ \t]*|@"
+    r"|[a-z]\d?-)$"
 )
-# A Debian revision or a local version after it (`1.0.24.2-5`, `1.2.3.4+dfsg`, `1.2.3.4~rc1`); not a range's
-# dash (`10.0.0.1-10.0.0.9`).
-_VERSION_AFTER = re.compile(r"-\d+(?![\d.])|[+~][a-z]")
+# A Debian revision or a local version after it (`1.0.24.2-5`, `1.2.3.4+dfsg`, `1.2.3.4~rc1`), a package's
+# extension (`-1.2.3.4.jar`); not a range's dash (`10.0.0.1-10.0.0.9`).
+_VERSION_AFTER = re.compile(r"-\d+(?![\d.])|[+~][a-z]|\.(?:jar|war|tar|tgz|zip|whl|gem|deb|rpm|pom|egg)\b")
+_VERSION_SHAPED = re.compile(r"\d\.\d{1,2}\.\d+\.0")  # `9.0.43.0` away from network words: a version
 _NETWORK_WORDS = re.compile(r"(?i)dns|server|host|\bip\b|addr|proxy|gateway|endpoint|connect|bind|listen")
 
 
 def _is_ipv4(match: re.Match[str], text: str) -> bool:
-    """Not a version number: BigCode's rule (a short x.y.z.w away from network words is a version),
+    """Not a version number: BigCode's rule (a short x.y.z.w away from network words is a version, and so is a
+    `9.0.43.0`),
     and nothing like `version = "1.2.3.4"`, `AssemblyFileVersion("...")` or `==1.0.0.1` right before it."""
     value, start = match.group(1), match.start(1)
     after_credentials = text[start - 1 : start] == "@" and _preceded_by(_IN_USERINFO, start - 1, text, 200)
@@ -246,7 +250,8 @@ def _is_ipv4(match: re.Match[str], text: str) -> bool:
         return False
     if _VERSION_AFTER.match(text, match.end(1)):
         return False
-    return len(value) > 7 or _NETWORK_WORDS.search(text, max(0, start - 100), match.end(1) + 100) is not None
+    networked = _NETWORK_WORDS.search(text, max(0, start - 100), match.end(1) + 100) is not None
+    return networked or len(value) > 7 and not _VERSION_SHAPED.fullmatch(value)
 
 
 def _is_ipv6(match: re.Match[str], _text: str) -> bool:
