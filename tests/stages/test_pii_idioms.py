@@ -662,3 +662,22 @@ def test_cloud_keys_after_their_id_and_session_cookies_as_clients_set_them(detec
 def test_ruby_smtp_start_takes_the_password_fifth(detector):
     text = "Net::SMTP.start('smtp.corp.net', 25, 'corp.net', 'mailer', 'Wq2eRt4Yu', :plain)\n"
     assert ("PASSWORD", "Wq2eRt4Yu") in found(detector, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("Send bug reports to qvorlund at posteo.de.\n", "qvorlund at posteo.de"),
+        ("Author: Ilse Vandamme <ivandamme _at_ posteo.de>\n", "ivandamme _at_ posteo.de"),
+        ("contact: qvorlund -at- posteo -dot- de\n", "qvorlund -at- posteo -dot- de"),
+        ("mail qvorlund /at/ posteo /dot/ de\n", "qvorlund /at/ posteo /dot/ de"),
+        ("jhunter_AT_jdom_DOT_org\n", "jhunter_AT_jdom_DOT_org"),
+    ],
+)
+def test_an_at_spelled_out_between_a_mailbox_and_a_domain(detector, text, address):
+    assert ("EMAIL", address) in found(detector, text)
+
+
+def test_prose_with_an_at_is_no_address(detector):
+    assert found(detector, "Have a look at github.com for more, or at docs.python.org.\n") == set()
+    assert found(detector, "the file is at setup.cfg and me at example.org\n") == set()

@@ -275,14 +275,22 @@ _OBFUSCATED_EMAIL = re.compile(
     r"|[ \t]+(?:at|AT)[ \t]+[\w-]+(?:[ \t]+(?:dot|DOT)[ \t]+[\w-]+)+)"
     r"(?![\w-])"
 )
+_AT_WORD_EMAIL = re.compile(
+    r"(?<![\w.+%-])([A-Za-z0-9][\w.+%]{1,63}?)(?:[ \t]+(?:at|AT)[ \t]+|[ \t]*([-_/])(?:at|AT)\2[ \t]*)"
+    r"[A-Za-z0-9][\w-]*(?:(?:\.|[ \t]*[-_/](?:dot|DOT)[-_/][ \t]*|[ \t]+(?:dot|DOT)[ \t]+)[\w-]+)+"
+    r"(?<!\.)(?![\w-]|\.\w)"
+)
 # `<jroe at example.org>`: in angle brackets an `at` between a mailbox and a domain is an address.
 _BRACKETED_AT = re.compile(r"<([\w.+%-]{1,64}[ \t]+(?:at|AT)[ \t]+[\w-]+(?:\.[\w-]+)+)>")
-_SPELLED_DOT = re.compile(r"[ \t]*[\[({<]?[ \t]*(?i:dot)[ \t]*[\])}>]?[ \t]*")
+_SPELLED_DOT = re.compile(r"[ \t]*[\[({<\-_/]?[ \t]*(?i:dot)[ \t]*[\])}>\-_/]?[ \t]*")
+
+
+_SPELLED_AT = re.compile(r"[ \t]*[\[({<\-_/][ \t]*(?i:at)[ \t]*[\])}>\-_/][ \t]*|[ \t]+(?:at|AT)[ \t]+")
 
 
 def _spelled_address(value: str) -> bool:
     """Its domain, dots restored, ends in a public suffix (`jroe at example dot org`, not `look at this dot`)."""
-    domain = re.split(r"[ \t]*[\[({<][ \t]*(?i:at)[ \t]*[\])}>][ \t]*|[ \t]+(?:at|AT)[ \t]+", value, maxsplit=1)[-1]
+    domain = _SPELLED_AT.split(value, maxsplit=1)[-1]
     domain = _SPELLED_DOT.sub(".", domain) if re.search(r"(?i)dot", domain) else domain
     extracted = _tld_extract()(domain)
     return bool(extracted.suffix and extracted.domain)
@@ -526,6 +534,16 @@ EMAIL_RULES = [
         0.8,
         lambda match, _text: _spelled_address(match.group(0)),
         keywords=(" dot ", "[at]", "(at)", "{at}", "<at>"),
+    ),
+    # `jroe at cpan.org`, `jroe -at- x.org`, `jroe_at_x.org`, `jroe /at/ x /dot/ org`: a mailbox that is no word
+    # (`look at github.com` is prose), a spelled `at`, a domain under a public suffix.
+    Rule(
+        "obfuscated_email",
+        _AT_WORD_EMAIL,
+        ((0, EMAIL),),
+        0.8,
+        lambda match, _text: match.group(1).lower() not in common_words() and _spelled_address(match.group(0)),
+        keywords=(" at ", "-at-", "_at_", "/at/"),
     ),
 ]
 
