@@ -115,7 +115,7 @@ def test_evaluation_counts_exact_spans_only():
 # ---- the gate, BIO labels and windows ------------------------------------------------------------------------
 
 
-def test_gate_sends_people_lines_only_and_training_reads_secret_lines_too():
+def test_gate_sends_people_and_key_lines_and_training_reads_password_lines_too():
     text = "import os\n# Author: Jan Kowalski\nx = compute(y)\n\npassword = 'Hunter2xyz!'\ntokens = split(s)\n"
     assert [text[a:b] for a, b in line_ranges(text)] == ["# Author: Jan Kowalski"]  # passwords: the patterns' job
     assert [text[a:b] for a, b in line_ranges(text, "context")] == [
@@ -123,6 +123,8 @@ def test_gate_sends_people_lines_only_and_training_reads_secret_lines_too():
         "password = 'Hunter2xyz!'",
     ]
     assert len(line_ranges(text, "all")) == 5  # every non-blank line
+    keys = "client = Api(token='ghx_8fK2mQ9vL3pR7tW1')\nkey = cache.get(name)\nauth_header = 'Bearer short'\n"
+    assert [keys[a:b] for a, b in line_ranges(keys)] == ["client = Api(token='ghx_8fK2mQ9vL3pR7tW1')"]
     crlf = "# Author: Jan Kowalski\r\nx = 1\r\n"
     assert [crlf[a:b] for a, b in line_ranges(crlf)] == ["# Author: Jan Kowalski\r"]
     upper = "İstanbul ofisi\n# Author: Jan Kowalski\n"  # `İ` lower-cases to two characters: offsets stay exact
@@ -308,9 +310,10 @@ FIXED = (
     "# Author: Henrike Osterhagen <h.osterhagen@posteo.de>\n# Maintainer: @hosterhagen on GitHub\n"
     "db_password = 'Xk9mP2vLq7'\nclient = Api(token='ghx_8fK2mQ9vL3pR7tW1')\n# TODO(jkowalski): retry\n"
 )
-FIXED_SPANS = [  # the password and token lines are the patterns' (the model reads lines with a person's context)
+FIXED_SPANS = [  # the password line is the patterns' (the model reads lines with a person's context or a key's)
     ("NAME", 10, 28, 0.99),
     ("USERNAME", 69, 80, 0.83),
+    ("KEY", 138, 158, 0.68),
     ("USERNAME", 168, 177, 0.91),
 ]
 

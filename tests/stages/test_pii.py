@@ -1100,3 +1100,17 @@ def test_rules_scanning_only_their_anchors_lines_find_what_a_whole_text_scan_fin
         found = [m.span() for m in recognizers._matches_on_lines(rule.regex, text, lines)]
         assert found == [m.span() for m in rule.regex.finditer(text)], rule.name
         assert found, rule.name
+
+
+def test_a_models_key_that_is_part_of_a_token_or_a_constants_name_is_spared():
+    model = f"{rules.MODEL_PREFIX}minilm-l3"
+    text = "Reported in GHSA-fhv5-28vv-h8m8; GOOGLE_OAUTH2_CLIENT_SECRET = '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'\n"
+    fragment = text.index("28vv")
+    assert rules.spared_by(rules.Span("KEY", fragment, fragment + 9, 0.9, model), text) == "key_fragment"
+    name = text.index("GOOGLE")
+    assert rules.spared_by(rules.Span("KEY", name, name + 27, 0.9, model), text) == "key_identifier"
+    value = text.index("GOCSPX")
+    assert rules.spared_by(rules.Span("KEY", value, value + 35, 0.9, model), text) is None
+    xpm = '"$XX$$XXX$%$$$$$$$$ egip3dr %% @p# Oqgffgfgfgo%q999q9999909909990w999000wwww00w00w0",\n'
+    start = xpm.index("p#")
+    assert rules.spared_by(rules.Span("KEY", start, xpm.index('"', start), 0.6, model), xpm) == "key_fragment"

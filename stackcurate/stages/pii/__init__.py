@@ -6,7 +6,8 @@ and tokens (cloud, VCS, chat and payment tokens, JWTs, private-key blocks, rando
 key-like names, signing keys), passwords (assignments, connection strings, hashing and login arguments, unquoted
 values in config files and `NAME=value`), names where code credits people and handles; and the encoder model
 of `model.py` (shipped with the package, `shipped.py`; made by `stackcurate pii-model train`) for the names and
-usernames in prose, on the lines with a person's context. The patterns also read each
+usernames in prose, on the lines with a person's context, and keys on the lines with a key's word. The patterns
+also read each
 text's lines with escapes unescaped (`escapes.py`), so they see the code inside JSON strings (a raw
 notebook), string literals and `\\"` quotes. Then `rules.py` spares what StarCoder did not redact (short
 spans, private IPs and DNS servers, example, license, no-reply and list emails and SSH protocol names, keys
@@ -111,7 +112,9 @@ class PiiConfig:
     patterns: bool = option(True, "run the pattern recognizers")
     model: str = option("auto", f"the encoder model: {MODEL_CHOICES}", path=True, keywords=("auto", "none"))
     model_entities: tuple[str, ...] = option(MODEL_ENTITIES, "types the model may report")
-    model_lines: str = option("gated", "lines the model reads: 'gated' (those with a person's context) or 'all'")
+    model_lines: str = option(
+        "gated", "lines the model reads: 'gated' (those with a person's context or a key's) or 'all'"
+    )
     device: str = option("auto", "where the model runs: 'auto' (a GPU if torch sees one), 'cpu', 'cuda', 'cuda:1'...")
     num_gpus: float = option(0.0, "GPUs per model actor on Ray (0: CPU actors)")
     batch_rows: int = option(256, "rows per in-memory batch")

@@ -224,6 +224,11 @@ def _unescaped(value: str) -> str:
     return _ESCAPE.sub("?", unquote(value))
 
 
+_TOKEN_CHAR = re.compile(r"[\w\-]")
+_KEY_CHARACTERS = re.compile(r"[A-Za-z0-9+/=_\-.~:]+")  # base64, URL-safe base64, hex, JWT, vendors' prefixes
+_CONSTANT_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:[_.][a-z0-9]+)+")
+
+
 def spared_by(span: Span, text: str) -> str | None:
     """The rule that spares `span` from redaction, or None."""
     value = text[span.start : span.end]
@@ -244,6 +249,15 @@ def spared_by(span: Span, text: str) -> str | None:
     # The model takes a notebook's base64 images for keys: PNG, JPEG and GIF data start with their magic bytes.
     if span.entity == KEY and value.startswith(("iVBORw0KGgo", "/9j/", "R0lGOD")):
         return "key_image_data"
+    if span.entity == KEY and span.detector.startswith(MODEL_PREFIX):
+        # The model reads a secret's line, not its shape: part of a longer token (`GHSA-fhv5-|28vv-h8m8|`) or a
+        # constant's name (`GOOGLE_OAUTH2_CLIENT_SECRET`) is no key.
+        if _TOKEN_CHAR.match(text, span.end) or span.start and _TOKEN_CHAR.match(text, span.start - 1):
+            return "key_fragment"
+        if _CONSTANT_NAME.fullmatch(value):
+            return "key_identifier"
+        if not _KEY_CHARACTERS.fullmatch(value):  # `p# Oqgffgf%q999...`: a line of image data
+            return "key_fragment"
     if span.entity == KEY and span.detector != "pattern:private_key_block":
         if len(value) <= 8:
             return "key_too_short"
