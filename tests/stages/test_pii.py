@@ -1114,3 +1114,5 @@ def test_a_models_key_that_is_part_of_a_token_or_a_constants_name_is_spared():
     xpm = '"$XX$$XXX$%$$$$$$$$ egip3dr %% @p# Oqgffgfgfgo%q999q9999909909990w999000wwww00w00w0",\n'
     start = xpm.index("p#")
     assert rules.spared_by(rules.Span("KEY", start, xpm.index('"', start), 0.6, model), xpm) == "key_fragment"
+    start = xpm.index("q999")
+    assert rules.spared_by(rules.Span("KEY", start, xpm.index('"', start), 0.6, model), xpm) == "key_not_random"

@@ -681,3 +681,8 @@ def test_an_at_spelled_out_between_a_mailbox_and_a_domain(detector, text, addres
 def test_prose_with_an_at_is_no_address(detector):
     assert found(detector, "Have a look at github.com for more, or at docs.python.org.\n") == set()
     assert found(detector, "the file is at setup.cfg and me at example.org\n") == set()
+
+
+def test_a_ci_jobs_name_in_closing_brackets_is_no_person(detector):
+    assert found(detector, "   :alt: GitHub Actions build status (Test Windows)\n") == set()
+    assert found(detector, "  * Some handy editing functions (Ilse Vandamme).\n") == {("NAME", "Ilse Vandamme")}

@@ -179,12 +179,16 @@ _CLOSING_NAMES = re.compile(
 _CREDIT_OPENING = re.compile(r"(?:(?:Thanks|Thank[ \t]+you|Patch(?:es)?[ \t]+by|Reported[ \t]+by|By|From|Via)[ \t]+)+")
 
 
+# A CI job's name in brackets (`:alt: GitHub Actions build status (Test Windows)`): a verb of builds, no name.
+_JOB_WORDS = frozenset("Test Tests Build Builds Lint Deploy Check Checks Run Release Publish Docs".split())
+
+
 def _closing_names(text: str, start: int, end: int) -> Iterator[tuple[int, int]]:
     """The names of `(Jane Roe, Tom Li)`, without a credit's opening words (`(Thanks Jane Roe)`)."""
     for name in _PERSON_LINE.finditer(text, start, end):
         opening = _CREDIT_OPENING.match(text, name.start(), name.end())
         begin = opening.end() if opening else name.start()
-        if _PERSON_LINE.fullmatch(text, begin, name.end()):
+        if _PERSON_LINE.fullmatch(text, begin, name.end()) and text[begin : name.end()].split()[0] not in _JOB_WORDS:
             yield begin, name.end()
 
 

@@ -32,8 +32,10 @@ evaluation can say why a span was not redacted.
 import functools
 import ipaddress
 import json
+import math
 import re
 import string
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -229,6 +231,12 @@ _KEY_CHARACTERS = re.compile(r"[A-Za-z0-9+/=_\-.~:]+")  # base64, URL-safe base6
 _CONSTANT_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:[_.][a-z0-9]+)+")
 
 
+def _entropy(value: str) -> float:
+    """Bits per character of `value`'s own character distribution."""
+    n = len(value)
+    return -sum(count / n * math.log2(count / n) for count in Counter(value).values()) if n else 0.0
+
+
 def spared_by(span: Span, text: str) -> str | None:
     """The rule that spares `span` from redaction, or None."""
     value = text[span.start : span.end]
@@ -258,6 +266,8 @@ def spared_by(span: Span, text: str) -> str | None:
             return "key_identifier"
         if not _KEY_CHARACTERS.fullmatch(value):  # `p# Oqgffgf%q999...`: a line of image data
             return "key_fragment"
+        if _entropy(value) < 3.0:  # `q999q9999099990w999000wwww00w0`: a key's characters vary more
+            return "key_not_random"
     if span.entity == KEY and span.detector != "pattern:private_key_block":
         if len(value) <= 8:
             return "key_too_short"
