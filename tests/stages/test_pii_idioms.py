@@ -686,3 +686,27 @@ def test_prose_with_an_at_is_no_address(detector):
 def test_a_ci_jobs_name_in_closing_brackets_is_no_person(detector):
     assert found(detector, "   :alt: GitHub Actions build status (Test Windows)\n") == set()
     assert found(detector, "  * Some handy editing functions (Ilse Vandamme).\n") == {("NAME", "Ilse Vandamme")}
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "value"),
+    [
+        ("Dockerfile", "ENV REDIS_PASS Mn6bVc4Xz\n", "Mn6bVc4Xz"),
+        ("httpd.conf", 'SetEnv DB_PASS "Cx2zAq5Sw"\n', "Cx2zAq5Sw"),
+        ("site.conf", "fastcgi_param DB_PASSWORD Vf4bGt6Yh;\n", "Vf4bGt6Yh"),
+        ("env.fish", "set -x PGPASSWORD Gb5nHm7Jk\n", "Gb5nHm7Jk"),
+        ("deploy.yaml", 'env:\n- name: DB_PASSWORD\n  value: "Ki9oLp3Ju"\n', "Ki9oLp3Ju"),
+        ("db.js", 'const pw = process.env.DB_PASSWORD || "Rf5tGy7Hu"\n', "Rf5tGy7Hu"),
+        ("db.R", 'Sys.setenv(PGPASSWORD = "Tg6yHu8Ji")\n', "Tg6yHu8Ji"),
+        ("db.pl", "local $ENV{DB_PASS} = 'Ik9oLp1Mn';\n", "Ik9oLp1Mn"),
+        ("pom.xml", "<properties>\n  <jdbc.pass>Xz7aSd9Fg</jdbc.pass>\n</properties>\n", "Xz7aSd9Fg"),
+        ("beans.xml", '<property name="password"><value>Df0gHj2Kl</value></property>\n', "Df0gHj2Kl"),
+    ],
+)
+def test_passwords_set_as_environment_variables_and_spring_values(detector, path, text, value):
+    spans, _ = detector.find(text, config=path.endswith((".yaml", ".conf")))
+    assert ("PASSWORD", value) in {(s.entity, text[s.start : s.end]) for s in spans}
+
+
+def test_names_that_only_contain_pass_are_no_password_names(detector):
+    assert found(detector, 'BYPASS = "allow-all-hosts"\nCOMPASS = "north-by-west"\nENV PASSAGE_DIR /srv\n') == set()

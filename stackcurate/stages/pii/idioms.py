@@ -647,14 +647,25 @@ _CLI_CREDENTIALS = re.compile(
     r"|(?<![\w-])(?:PGPASSWORD|MYSQL_PWD|REDISCLI_AUTH|SSHPASS)=[\"']([^\s\"'$]{4,128})[\"']"
     r")"
 )
+# An environment variable named for a password, set with blanks: Dockerfile's `ENV DB_PASS value`, csh's and
+# Apache's `setenv`/`SetEnv NAME value`, nginx's `fastcgi_param NAME value;`, fish's `set -x NAME value`.
+_ENV_SETTER = re.compile(
+    r"(?im)^[ \t]*(?:ENV|setenv|fastcgi_param|env|set[ \t]+-[gxU]+)[ \t]+"
+    r"[A-Za-z_]\w*?(?:password|passwd|pass|pwd)\w*[ \t]+[\"']?([^\s\"';$]{4,128})[\"']?[ \t]*;?[ \t]*\r?$"
+)
+# Kubernetes' and compose's env lists: `- name: DB_PASSWORD` with its `value: "..."` on the next line.
+_NAMED_ENV = re.compile(
+    r"(?i)\bname:[ \t]*[\"']?[\w.\-]*(?:password|passwd|pwd)[\w.\-]*[\"']?[ \t]*\r?\n[ \t]*value:[ \t]*"
+    r"[\"']?([^\s\"'$]{4,128})[\"']?[ \t]*\r?$"
+)
 # XML: `<password>...</password>` (any element named for a password or secret), `<property name="db.password"
 # value="..."/>`, `<entry key="password">...</entry>`, `<param name="password" value="..."/>`.
 _XML_PASSWORD = re.compile(
-    r"(?i)<([\w:.\-]*(?:password|passwd|pwd|passphrase))>\s*([^<>\s]{4,128})\s*</\1>"
+    r"(?i)<([\w:.\-]*(?:password|passwd|pwd|passphrase|[._\-]pass))>\s*([^<>\s]{4,128})\s*</\1>"
     r"|(?i:name|key|property)=[\"'][\w.\-]*(?:password|passwd|pwd|passphrase)[\"']"
     r"(?:[ \t]+value=[\"']([^\"'\s]{4,128})[\"']"
-    r"|[ \t]*>[ \t]*([^<>\s]{4,128})[ \t]*<)"
-)
+    r"|[ \t]*>\s*(?:<value>\s*)?([^<>\s]{4,128})[ \t]*<)"
+)  # Spring's `<property name="password"><value>...</value></property>` too
 # ... and a servlet's `<param-name>password</param-name>` or Hadoop's and Hive's `<name>...Password</name>`, its
 # `<param-value>`/`<value>` often a line below.
 _SERVLET_PASSWORD = re.compile(
@@ -829,6 +840,8 @@ PASSWORD_RULES = [
         follow=2,  # `<password>\n  ...\n</password>`
     ),
     Rule("xml_password", _SERVLET_PASSWORD, ((2, PASSWORD),), 0.8, _last_value, anchor=("<param-name>", "<name>")),
+    Rule("env_password", _ENV_SETTER, ((1, PASSWORD),), 0.8, _last_value, keywords=("pass", "pwd")),
+    Rule("env_password", _NAMED_ENV, ((1, PASSWORD),), 0.8, _last_value, keywords=("name:",), follow=1),
     Rule("netrc_password", _NETRC, ((1, PASSWORD),), 0.8, _last_value, keywords=("password",)),
     Rule(
         "sql_password",

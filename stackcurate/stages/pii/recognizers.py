@@ -295,7 +295,7 @@ _PRIVATE_KEY = re.compile(
     r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY((?: BLOCK)?)-----\s*\n(.+?)\n\s*-----END \1PRIVATE KEY\2-----", re.DOTALL
 )
 # `name = "`, `"name": "`, `name: '`, `name := "`, `$name => '`, `[name] = "` on one line.
-_ASSIGN = r"""["'`]?\]?[ \t]*(?::=|=>|[=!]==?|=|:)[ \t]*[rbuf]?["'`]"""
+_ASSIGN = r"""["'`]?[\]}]?[ \t]*(?::=|=>|[=!]==?|=|:|\|\||\?\?)[ \t]*[rbuf]?["'`]"""  # `$ENV{X} =`, `X || "..."`
 _KEY_WORDS = (
     r"(?:api[_\-.]?key|apikey|secret(?:[_\-.]?key)?|access[_\-.]?key|auth[_\-.]?(?:key|token)|"
     r"access[_\-.]?token|refresh[_\-.]?token|bearer|client[_\-.]?secret|private[_\-.]?key|token|"
@@ -363,7 +363,8 @@ _PASSWORD_WORDS = r"(?:password|passwd|passwrd|passphrase|pwd|db[_\-.]?pass|pass
 _QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{3,128}(?=["'`])""")
 # The name starts with a password's word, or a camelCase name ends with it (`dbPassword`, `userPass`, `smtpPwd`).
 _PASSWORD_NAME_BEFORE = re.compile(
-    rf"(?:(?i:(?<![a-z0-9]){_PASSWORD_WORDS})|(?<=[a-z0-9])(?:Pass(?:word|wd|wrd|phrase)?|Pwd|PASS(?:WORD|WD)?|PWD))"
+    rf"(?:(?i:(?<![a-z0-9]){_PASSWORD_WORDS})|(?<=[a-z0-9])(?:Pass(?:word|wd|wrd|phrase)?|Pwd|PASS(?:WORD|WD)?|PWD)"
+    r"|(?<=[A-Z])(?<!BY)(?<!COM)(?<!SUR)(?<!TRES)(?:PASSWORD|PASSWD|PASS|PWD)(?![a-z]))"  # `PGPASSWORD`, `DBPASS`
     rf"(?i:[\w\-]*{_ASSIGN})$"
 )
 _CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")  # `USER_PASSWORD_AUTH = "USER_PASSWORD_AUTH"`: an enum, not a secret
