@@ -372,6 +372,7 @@ _SLOT_HANDLE = re.compile(
 # R's DESCRIPTION: `Packaged: 2023-01-04 10:12:31 UTC; jroe`, the account that built the tarball.
 _PACKAGED_BY = re.compile(r"(?m)^Packaged:[^;\n]*;[ \t]*([A-Za-z0-9][\w.\-]{1,38})[ \t]*\r?$")
 
+_OPEN_ACTION = re.compile(r"<action\b[^>\n]*$")
 _TWITTER_PAGES = frozenset("hashtag intent share search home settings login signup explore i messages".split())
 _BUILT_BY = re.compile(rf"""Built-By["']?[ \t]*[:=][ \t]*["']?({_HANDLE})(?![\w.@-])""")
 
@@ -458,18 +459,10 @@ HANDLE_RULES = [
     # Maven's changes plugin: `<action dev="jroe" type="fix" due-to="tli">`, the committer and the contributor.
     Rule(
         "changes_dev",
-        re.compile(rf'<action\b[^>\n]*?\b(?:dev|due-to)="({_HANDLE})"'),
+        re.compile(rf'\b(?:dev|due-to)="({_HANDLE})"'),
         ((1, USERNAME),),
         0.8,
-        lambda match, _text: _handle_word(match.group(1)),
-        keywords=("<action",),
-    ),
-    Rule(  # an `<action>` with both names the second too
-        "changes_dev",
-        re.compile(rf'<action\b[^>\n]*?\b(?:dev|due-to)="[^"\n]*"[^>\n]*?\b(?:dev|due-to)="({_HANDLE})"'),
-        ((1, USERNAME),),
-        0.8,
-        lambda match, _text: _handle_word(match.group(1)),
+        lambda match, text: _handle_word(match.group(1)) and _preceded_by(_OPEN_ACTION, match.start(), text, 300),
         keywords=("<action",),
     ),
     # GitHub's merge commits, quoted in changelogs: `Merge pull request #12 from jroe/fix-parser`.
