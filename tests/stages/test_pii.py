@@ -592,6 +592,8 @@ def test_private_loopback_and_documentation_addresses_are_not_redacted(detector)
         "Build 8.0.11.22 (x64)\n",
         "copy h2-2.1.214.0.jar and ant-1.10.13.1.jar\n",
         "tomcat 9.0.43.0 released\n",
+        "golang-github-opencontainers-specs (1.0.2.66.g20a2d97-1) unstable; urgency=medium\n",
+        "libfoo (1.2.3.4) bookworm; urgency=low\n",
     ],
 )
 def test_version_strings_shaped_like_addresses_are_not_addresses(detector, text):

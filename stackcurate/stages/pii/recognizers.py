@@ -234,8 +234,12 @@ _VERSION_BEFORE = re.compile(
     r"|[a-z]\d?-)$"
 )
 # A Debian revision or a local version after it (`1.0.24.2-5`, `1.2.3.4+dfsg`, `1.2.3.4~rc1`), a package's
-# extension (`-1.2.3.4.jar`); not a range's dash (`10.0.0.1-10.0.0.9`).
-_VERSION_AFTER = re.compile(r"-\d+(?![\d.])|[+~][a-z]|\.(?:jar|war|tar|tgz|zip|whl|gem|deb|rpm|pom|egg)\b")
+# extension (`-1.2.3.4.jar`), a commit's; not a range's dash (`10.0.0.1-10.0.0.9`).
+_VERSION_AFTER = re.compile(
+    r"-\d+(?![\d.])|[+~][a-z]|\.(?:jar|war|tar|tgz|zip|whl|gem|deb|rpm|pom|egg)\b"
+    r"|\.g[0-9a-f]{7,}\b"  # `git describe`: `1.0.2.66.g20a2d97`
+    r"|[^)\s]*\)[ \t]+[\w\-/]+;[ \t]*urgency="  # a Debian changelog's heading: `pkg (1.0.2.66-1) unstable; urgency=`
+)
 _VERSION_SHAPED = re.compile(r"\d\.\d{1,2}\.\d+\.0")  # `9.0.43.0` away from network words: a version
 _NETWORK_WORDS = re.compile(r"(?i)dns|server|host|\bip\b|addr|proxy|gateway|endpoint|connect|bind|listen")
 
