@@ -295,8 +295,14 @@ def test_usernames_that_are_repositories_or_identifiers_are_spared(text, value, 
     assert rules.spared_by(rules.Span("USERNAME", start, start + len(value), 1.0, "model"), text) == rule
 
 
+@pytest.mark.parametrize("title", ["Only One", "Document Title", "Sample Enum"])
+def test_a_title_made_of_english_words_is_no_name(title):
+    assert rules.spared_by(rules.Span("NAME", 0, len(title), 1.0, "model"), title) == "name_common_words"
+
+
 def test_full_names_and_gibberish_keys_are_kept():
     assert rules.spared_by(rules.Span("NAME", 0, 11, 1.0, "model"), "Ana Pereira") is None
+    assert rules.spared_by(rules.Span("NAME", 0, 17, 1.0, "model"), "Raymond Hettinger") is None
     assert rules.spared_by(rules.Span("KEY", 0, len(RANDOM_SECRET), 1.0, "model"), RANDOM_SECRET) is None
 
 

@@ -126,6 +126,15 @@ def english_words() -> frozenset[str]:
 
 
 @functools.cache
+def prose_words() -> frozenset[str]:
+    """The words CPython's prose (`english_words`' source) writes in lower case somewhere: English words, not the
+    names it credits (`Raymond Hettinger` is capitalised wherever it stands)."""
+    from pydoc_data.topics import topics
+
+    return frozenset(word for text in topics.values() for word in re.findall(r"\b[a-z]{2,}\b", text))
+
+
+@functools.cache
 def common_words() -> frozenset[str]:
     """`english_words` and the whole words of the shipped encoder's vocabulary (BERT's, from English Wikipedia and
     books: ~21,000 common words and names, in lower case), where the base encoder is installed."""
@@ -289,6 +298,11 @@ def spared_by(span: Span, text: str) -> str | None:
         return "name_lowercase_words"
     if span.entity == NAME and " ".join(value.lower().split()) in _PLACEHOLDER_NAMES:
         return "name_placeholder"
+    # `Only One`, `Document Title`, `Sample Enum`: capitalised words of English prose, a title's, not a person's
+    # (none of the 1,733 names labelled in the two real sets is made of such words only)
+    words = value.lower().split()
+    if span.entity == NAME and len(words) >= 2 and all(word.strip(".,") in prose_words() for word in words):
+        return "name_common_words"
     if span.entity == NAME and _LANGUAGE_TEAM.search(text, max(0, span.start - 80), span.start):
         return "language_team"  # gettext's `Language-Team: German <de@li.org>`, as tests compare it
     if span.entity == NAME and is_organisation(value, text[span.end : span.end + 40]):
