@@ -710,3 +710,8 @@ def test_passwords_set_as_environment_variables_and_spring_values(detector, path
 
 def test_names_that_only_contain_pass_are_no_password_names(detector):
     assert found(detector, 'BYPASS = "allow-all-hosts"\nCOMPASS = "north-by-west"\nENV PASSAGE_DIR /srv\n') == set()
+
+
+def test_an_address_in_another_script_is_an_address(detector):
+    assert found(detector, "Author: Jörg Müller <jörg@müller.de>\n") >= {("EMAIL", "jörg@müller.de")}
+    assert ("EMAIL", "jroe_dev@posteo.de") in found(detector, "mail jroe_dev@posteo.de\n")

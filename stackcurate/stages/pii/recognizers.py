@@ -186,9 +186,9 @@ def shannon_entropy(value: str) -> float:
 
 # --- emails -------------------------------------------------------------------------------------------------
 
-_EMAIL = re.compile(
-    r"(?<![\w.+%-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@"
-    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,24}(?![\w-])"
+_EMAIL = re.compile(  # letters of any script too: `jörg@müller.de` (internationalised addresses, RFC 6531)
+    r"(?<![\w.+%-])[^\W_][\w.%+-]{0,63}@"
+    r"(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+[^\W\d_]{2,24}(?![\w-])"
 )
 # Inside a URL's credentials (`scheme://user:password@host`, a Sentry DSN's `https://<key>@host`): what
 # looks like an address there is a password's or a user's end and its host.
