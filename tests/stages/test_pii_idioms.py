@@ -715,3 +715,16 @@ def test_names_that_only_contain_pass_are_no_password_names(detector):
 def test_an_address_in_another_script_is_an_address(detector):
     assert found(detector, "Author: Jörg Müller <jörg@müller.de>\n") >= {("EMAIL", "jörg@müller.de")}
     assert ("EMAIL", "jroe_dev@posteo.de") in found(detector, "mail jroe_dev@posteo.de\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("<password><![CDATA[Xk9p#Lm2Qw7]]></password>\n", "Xk9p#Lm2Qw7"),
+        ('<Password encrypted="false">Nh8uJi2Ko</Password>\n', "Nh8uJi2Ko"),
+        ("<entry>\n  <key>db.password</key>\n  <value>Ol5kIj8Uh</value>\n</entry>\n", "Ol5kIj8Uh"),
+        ('<signjar jar="x.jar" alias="rel" storepass="Mn6bVc4Xz" keypass="Pl0oKi9Ju"/>\n', "Mn6bVc4Xz"),
+    ],
+)
+def test_passwords_in_xml_cdata_attributes_and_key_value_pairs(detector, text, value):
+    assert ("PASSWORD", value) in found(detector, text)

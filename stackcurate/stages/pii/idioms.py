@@ -651,19 +651,21 @@ _NAMED_ENV = re.compile(
     r"(?i)\bname:[ \t]*[\"']?[\w.\-]*(?:password|passwd|pwd)[\w.\-]*[\"']?[ \t]*\r?\n[ \t]*value:[ \t]*"
     r"[\"']?([^\s\"'$]{4,128})[\"']?[ \t]*\r?$"
 )
-# XML: `<password>...</password>` (any element named for a password or secret), `<property name="db.password"
-# value="..."/>`, `<entry key="password">...</entry>`, `<param name="password" value="..."/>`.
+# XML: `<password>...</password>` (any element named for a password or secret, its value perhaps in CDATA),
+# `<property name="db.password" value="..."/>`, `<entry key="password">...</entry>`, `<param name="password"
+# value="..."/>`.
 _XML_PASSWORD = re.compile(
-    r"(?i)<([\w:.\-]*(?:password|passwd|pwd|passphrase|[._\-]pass))>\s*([^<>\s]{4,128})\s*</\1>"
+    r"(?i)<([\w:.\-]*(?:password|passwd|pwd|passphrase|[._\-]pass))(?:[ \t][^<>]*)?>\s*(?:<!\[CDATA\[)?"
+    r"([^<>\s]{4,128}?)(?:\]\]>)?\s*</\1>"
     r"|(?i:name|key|property)=[\"'][\w.\-]*(?:password|passwd|pwd|passphrase)[\"']"
     r"(?:[ \t]+value=[\"']([^\"'\s]{4,128})[\"']"
     r"|[ \t]*>\s*(?:<value>\s*)?([^<>\s]{4,128})[ \t]*<)"
 )  # Spring's `<property name="password"><value>...</value></property>` too
-# ... and a servlet's `<param-name>password</param-name>` or Hadoop's and Hive's `<name>...Password</name>`, its
-# `<param-value>`/`<value>` often a line below.
+# ... and a servlet's `<param-name>password</param-name>`, Hadoop's and Hive's `<name>...Password</name>` or a
+# properties file's `<key>db.password</key>`, its `<param-value>`/`<value>` often a line below.
 _SERVLET_PASSWORD = re.compile(
-    r"(?i)<(param-name|name)>[ \t]*[\w.\-]*(?:password|passwd|pwd|passphrase)[ \t]*</\1>\s*<(?:param-)?value>[ \t]*"
-    r"([^<>\s]{4,128})[ \t]*</(?:param-)?value>"
+    r"(?i)<(param-name|name|key)>[ \t]*[\w.\-]*(?:password|passwd|pwd|passphrase)[ \t]*</\1>\s*"
+    r"<(?:param-)?value>[ \t]*([^<>\s]{4,128})[ \t]*</(?:param-)?value>"
 )
 # netrc (`machine h login u password p`) and fetchmailrc (`poll h ... user "u" password "p"`).
 _NETRC = re.compile(
@@ -832,7 +834,14 @@ PASSWORD_RULES = [
         keywords=("pass", "pwd"),
         follow=2,  # `<password>\n  ...\n</password>`
     ),
-    Rule("xml_password", _SERVLET_PASSWORD, ((2, PASSWORD),), 0.8, _last_value, anchor=("<param-name>", "<name>")),
+    Rule(
+        "xml_password",
+        _SERVLET_PASSWORD,
+        ((2, PASSWORD),),
+        0.8,
+        _last_value,
+        anchor=("<param-name>", "<name>", "<key>"),
+    ),
     Rule("env_password", _ENV_SETTER, ((1, PASSWORD),), 0.8, _last_value, keywords=("pass", "pwd")),
     Rule("env_password", _NAMED_ENV, ((1, PASSWORD),), 0.8, _last_value, keywords=("name:",), follow=1),
     Rule("netrc_password", _NETRC, ((1, PASSWORD),), 0.8, _last_value, keywords=("password",)),
