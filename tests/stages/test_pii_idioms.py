@@ -653,6 +653,9 @@ def test_docker_maintainers_teams_and_markdown_tables_of_people(detector):
          "q8v3k2m9n7b5x1z4c6l0p2w8Zx9c"),
         ("# Netscape HTTP Cookie File\n.corp.net\tTRUE\t/\tFALSE\t0\tsessionid\tq8v3k2m9n7b5x1z4c6l0p2w8\n",
          "q8v3k2m9n7b5x1z4c6l0p2w8"),
+        ("Cookie: PHPSESSID=9d2a7c1f3b8e4d6a0c5f2e7b1a9d3c8f; path=/\n", "9d2a7c1f3b8e4d6a0c5f2e7b1a9d3c8f"),
+        ("-H 'cookie: laravel_session=eyJpdiI6Ik1UQXlNek0wTlRZM09EazAiLCJ2YWx1ZSI6IiJ9'\n",
+         "eyJpdiI6Ik1UQXlNek0wTlRZM09EazAiLCJ2YWx1ZSI6IiJ9"),
     ],
 )  # fmt: skip
 def test_cloud_keys_after_their_id_and_session_cookies_as_clients_set_them(detector, text, value):

@@ -701,8 +701,8 @@ _ACCOUNT_KEY = re.compile(r"\b(?:AccountKey|SharedAccessKey|SharedAccessSignatur
 # `cookies['_app_session'] = "..."`, Go's `http.Cookie{Name: "session_token", Value: "..."}` and a Netscape cookie
 # file's tab-separated `sessionid<TAB>...` too.
 _SESSION_COOKIE = re.compile(
-    r"(?i)\b(?:session(?:_?(?:id|token|key))?|sid|phpsessid|jsessionid|connect\.sid|_[\w]+_session|csrftoken|"
-    r"""remember_token)(?:=|\t|["'][ \t]*[:,][ \t]*(?:value:[ \t]*)?["']|["']\][ \t]*=[ \t]*["'])"""
+    r"(?i)(?:\b(?:session(?:_?(?:id|token|key))?|sid|phpsessid|jsessionid|connect\.sid|csrftoken)|\w+_session\b|"
+    r"""\bremember_token)(?:=|\t|["'][ \t]*[:,][ \t]*(?:value:[ \t]*)?["']|["']\][ \t]*=[ \t]*["'])"""
     r"([A-Za-z0-9%._\-]{16,})"
 )
 

@@ -362,7 +362,10 @@ def _bearer_value(match: re.Match[str], text: str) -> bool:
 
 # --- passwords ----------------------------------------------------------------------------------------------
 
-_PASSWORD_WORDS = r"(?:password|passwd|passwrd|passphrase|pwd|db[_\-.]?pass|pass|bind_?pw|(?:key|store|keystore|truststore)pass)"  # Java's keystores: Ant's `storepass="..."`, `keypass`
+# Java's keystores too: Ant's `storepass="..."`, `keypass`.
+_PASSWORD_WORDS = (
+    r"(?:password|passwd|passwrd|passphrase|pwd|db[_\-.]?pass|pass|bind_?pw|(?:key|store|keystore|truststore)pass)"
+)
 # `password = "..."`: a quoted value, then a password-like name assigned right before it.
 _QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{3,128}(?=["'`])""")
 # The name starts with a password's word, or a camelCase name ends with it (`dbPassword`, `userPass`, `smtpPwd`).

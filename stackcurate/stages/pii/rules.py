@@ -329,7 +329,8 @@ _HASH_WORDS = re.compile(
     r"(?i)(?<![a-z])(?:sha(?:\d*|[_\-]\d+|sum)|md5(?:sum)?)(?![a-z])|hash|checksum|digest|integrity|etag|commit|revision"
 )
 _HEX = re.compile(r"[0-9a-fA-F]+")
-# Key spans found by their context (a key-named assignment or argument, a config line, an Authorization header).
+# Key spans found by their context (a key-named assignment or argument, a config line, an Authorization header, a
+# session cookie: PHP's and Rails' session ids are hex).
 _KEY_CONTEXT = frozenset(
     {
         "pattern:key_assignment",
@@ -338,6 +339,7 @@ _KEY_CONTEXT = frozenset(
         "pattern:signing_key",
         "pattern:url_key",
         "pattern:bearer",
+        "pattern:session_cookie",
     }
 )
 # Vendor formats, whose prefix alone makes them keys (`ghp_...` next to `commit` is still a token).
