@@ -171,6 +171,23 @@ def test_unquoted_values_count_in_config_files_and_as_name_equals_value_elsewher
 # ---- escapes: JSON strings, notebook sources, string literals ------------------------------------------------
 
 
+def test_entity_views_read_pod_and_html_letters_and_map_back():
+    text = "x = 1\nCopyright 2014 by Salvador FandiE<ntilde>o\n<p>by Ren&eacute; Lef&#232;vre &amp; co</p>\nAT&amp;T\n"
+    (view,) = escapes.entity_views(text)
+    assert view.text == "Copyright 2014 by Salvador Fandiño\n<p>by René Lefèvre & co</p>"  # not `AT&T`: no letter
+    start = view.text.index("Salvador Fandiño")
+    assert text[slice(*view.to_original(start, start + 16))] == "Salvador FandiE<ntilde>o"
+    start = view.text.index("René Lefèvre")
+    assert text[slice(*view.to_original(start, start + 12))] == "Ren&eacute; Lef&#232;vre"
+    assert escapes.entity_views("a &amp; b\n") == [] and escapes.entity_views("plain\n") == []
+    assert escapes.entity_views("Password=%NCDm)(O#Cc+dTlz&624;\n") == []  # `&624;` is no entity: no `#`
+
+
+def test_a_name_written_with_entities_is_redacted_whole(detector):
+    text = "# Copyright (C) 2005, 2014 by Salvador FandiE<ntilde>o\n"
+    assert found(detector, text) == [("NAME", "Salvador FandiE<ntilde>o")]
+
+
 def test_views_undo_one_level_of_escapes_each_and_map_back_to_the_original():
     line = r's = "k = \"v\\\"w\"\n"'  # a string holding a string: two levels
     text = f"a = 1\n{line}\nb = 2\n"

@@ -7,9 +7,9 @@ key-like names, signing keys), passwords (assignments, connection strings, hashi
 values in config files and `NAME=value`), names where code credits people and handles; and the encoder model
 of `model.py` (shipped with the package, `shipped.py`; made by `stackcurate pii-model train`) for the names and
 usernames in prose, on the lines with a person's context, and keys on the lines with a key's word. The patterns
-also read each
-text's lines with escapes unescaped (`escapes.py`), so they see the code inside JSON strings (a raw
-notebook), string literals and `\\"` quotes. Then `rules.py` spares what StarCoder did not redact (short
+also read each text's lines with escapes unescaped (`escapes.py`), so they see the code inside JSON strings (a raw
+notebook), string literals and `\\"` quotes, and names written with entities (POD's `E<ntilde>`, HTML's
+`&eacute;`). Then `rules.py` spares what StarCoder did not redact (short
 spans, private IPs and DNS servers, example, license, no-reply and list emails and SSH protocol names, keys
 that read like words, one-word, lowercase and made-up names, organisations, placeholders, and usernames inside
 a forge URL), a value found in one text of a file is also found wherever
@@ -300,7 +300,7 @@ class Detector:
         for text, config, listed, history, found in zip(texts, configs, people, histories, model_spans, strict=True):
             patterns = self._patterns(text, config, listed, history) if self.cfg.patterns else []
             spans, spared = self._judge(text, patterns + found)
-            for view in escapes.views(text) if self.cfg.patterns else []:
+            for view in [*escapes.views(text), *escapes.entity_views(text)] if self.cfg.patterns else []:
                 in_view, spared_in_view = self._judge(view.text, self._patterns(view.text, config, listed))
                 spans += [_to_original(span, view) for span in in_view]
                 spared += [(_to_original(span, view), reason) for span, reason in spared_in_view]

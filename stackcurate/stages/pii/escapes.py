@@ -10,8 +10,13 @@ text's offsets, the escapes inside them included.
 Only the lines that hold an escape are unescaped: elsewhere a view would read what the original text already
 gave the recognizers, and most code has a `\\n` on a few lines only. The runs of such lines are joined by
 newlines into one text per level, so the recognizers read a file's views in one call each.
+
+Names are written with entities too: POD's `Salvador FandiE<ntilde>o`, HTML's `Ren&eacute; Roe` and `&#233;`.
+`entity_views` reads the lines where an entity stands for a letter with the letters in place (an entity is
+several characters for one, so these views count each one's width).
 """
 
+import html.entities
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
@@ -38,14 +43,21 @@ class View:
     escapes: list[int]
     parent: "View | Joined | None" = None
     offset: int = 0
+    wider: tuple[int, ...] = ()  # for entities: how many characters the escapes up to each one took beyond one each
 
     def to_original(self, start: int, end: int) -> tuple[int, int]:
-        """The offsets in the original text of `text[start:end]`: every escape before an offset adds one."""
-        start += bisect_left(self.escapes, start)
-        end += bisect_left(self.escapes, end)
+        """The offsets in the original text of `text[start:end]`: every escape before an offset adds its width
+        less one (one, for a two-character escape)."""
+        start += self._before(start)
+        end += self._before(end)
         if self.parent is None:
             return start + self.offset, end + self.offset
         return self.parent.to_original(start, end)
+
+    def _before(self, at: int) -> int:
+        """The characters the escapes before `at` took beyond the one each stands for."""
+        count = bisect_left(self.escapes, at)
+        return self.wider[count - 1] if self.wider and count else count
 
 
 @dataclass(frozen=True)
@@ -120,3 +132,68 @@ def views(text: str, depth: int = MAX_DEPTH) -> list[Joined | View]:
     while len(out) < depth and (view := unescape(out[-1].text, out[-1])) is not None:
         out.append(view)
     return out
+
+
+# POD's `E<ntilde>`, `E<233>`, `E<0xe9>`; HTML's `&ntilde;`, `&#233;`, `&#xe9;`.
+_ENTITY = re.compile(r"E<(\w+)>|&(#?\w+);")
+
+
+def _entity_char(name: str, pod: bool) -> str | None:
+    """The character an entity's name stands for (`ntilde`; POD's `233` and `0xe9`, HTML's `#233` and `#xe9`), or
+    None (`&624;` is no HTML entity: a password's `&` and digits)."""
+    try:
+        if pod and name.isdigit():
+            return chr(int(name))
+        if pod and name[:2] in ("0x", "0X"):
+            return chr(int(name[2:], 16))
+        if not pod and name.startswith("#"):
+            code = name[1:]
+            return chr(int(code[1:], 16)) if code[:1] in "xX" else chr(int(code))
+    except (ValueError, OverflowError):
+        return None
+    point = html.entities.name2codepoint.get(name)
+    return chr(point) if point is not None else None
+
+
+def entity_views(text: str) -> list[Joined]:
+    """One view of the lines of `text` where an entity stands for a letter (`FandiE<ntilde>o`), each entity read
+    as its character, the lines joined by newlines; none if no line has such an entity."""
+    if "E<" not in text and "&" not in text:
+        return []
+    parts, starts, size, at = [], [], 0, 0
+    while (match := _ENTITY.search(text, at)) is not None:
+        start = text.rfind("\n", 0, match.start()) + 1
+        end = text.find("\n", match.end())
+        end = len(text) if end < 0 else end
+        at = end + 1
+        view = _entities(text[start:end], start)
+        if view is not None:
+            starts.append(size)
+            parts.append(view)
+            size += len(view.text) + 1
+    return [Joined("\n".join(part.text for part in parts), starts, parts)] if parts else []
+
+
+def _entities(line: str, offset: int) -> View | None:
+    """`line` with its entities read as characters, if one of them stands for a letter."""
+    pieces: list[str] = []
+    escapes: list[int] = []
+    wider: list[int] = []
+    last = size = 0
+    letter = False
+    for match in _ENTITY.finditer(line):
+        char = _entity_char(match.group(1) or match.group(2), pod=match.group(1) is not None)
+        if char is None:
+            continue
+        letter = letter or char.isalpha()
+        pieces.append(line[last : match.start()])
+        size += match.start() - last
+        escapes.append(size)
+        wider.append((wider[-1] if wider else 0) + len(match.group()) - 1)
+        pieces.append(char)
+        size += 1
+        last = match.end()
+    if not letter:
+        return None
+    pieces.append(line[last:])
+    return View("".join(pieces), escapes, offset=offset, wider=tuple(wider))
