@@ -731,3 +731,13 @@ def test_an_address_in_another_script_is_an_address(detector):
 )
 def test_passwords_in_xml_cdata_attributes_and_key_value_pairs(detector, text, value):
     assert ("PASSWORD", value) in found(detector, text)
+
+
+def test_the_holders_on_a_copyrights_next_line(detector):
+    text = "Copyright 2006-11 Perrin Harkins,\n2007-2011 Elliot Shank, 2009-2010 Thomas R. Wyant, III, 2017 Dan Book."
+    assert found(detector, text) == {
+        ("NAME", "Perrin Harkins"), ("NAME", "Elliot Shank"), ("NAME", "Thomas R. Wyant"), ("NAME", "Dan Book"),
+    }  # fmt: skip
+    assert found(detector, "# Copyright (c) 2020 Ilse Vandamme\n# 2021 rewrite of the parser\n") == {
+        ("NAME", "Ilse Vandamme")
+    }

@@ -744,6 +744,17 @@ NAME_PLACES = [
         ),
         ("copyright", "(c)", "©", "spdx-file"),
     ),
+    # A copyright's next line when it holds more holders, each with its years: POD's
+    # `Copyright 2006-2011 Jane Roe,\n2009-2010 Tom Li, III, 2017 Ann Lee.`
+    NamePlace(
+        "copyright",
+        re.compile(
+            r"(?i:(?<![\w-])copyright(?![\w-])|\(c\)|©)[^\n]*\n[ \t#*;/]*"
+            r"(?P<list>(?:19|20)\d\d(?:[ \t]*[-–][ \t]*(?:19|20)?\d\d)?,?[ \t]+[^\W\d_][^\n]{1,300})"
+        ),
+        ("copyright", "(c)", "©"),
+        reach=400,
+    ),
     # `__author__ = "Jane Roe"`, `Author: Jane Roe`, `@author Jane Roe`, `"author": "Jane Roe <jane@x.org>"`,
     # `spec.authors = ["Jane Roe", "Tom Li"]`, `authors = ["Jane Roe <jane@x.org>"]` (Cargo), PKG-INFO's
     # `Author-email: Jane Roe <jane@x.org>`, `maintainer="Jane Roe"` (setup.py).
