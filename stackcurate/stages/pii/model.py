@@ -65,15 +65,16 @@ _SECRET = (
     r"(?i:passw|pwd|\bpass\b|secret|token|api.?key|\bkey\b|auth|credential|bearer|private)"
     r"[^\n]{0,40}?(?:[=:(,]|[^\S\n])(?:[^\S\n]|[\"'`])*[^\s\"'`=:,()\[\]{}<>]{6,}"
 )
-# Contexts the model is trained on (its training windows are these lines) but not run on. On real code the
-# patterns find what they hold (names on copyright lines, emails, keys and passwords assigned to secret names)
-# and the model added little there: with them it read much more text for a few more spans on held-out sdists,
-# and no more keys or passwords on the generated eval set (`benchmarks/pii_throughput.py`).
+# Contexts the model is trained on (its training windows are these lines) but not run on, but for the key lines
+# of `_KEY_LINE`. On real code the patterns find what they hold (names on copyright lines, emails, passwords
+# assigned to secret names) and the model added little there: with them it read much more text for a few more
+# spans on held-out sdists (`benchmarks/pii_throughput.py`), and its passwords were mostly wrong.
 _TRAINING_ONLY = (
     rf"(?i:copyright|\(c\)|©|created|e-?mail|develop|todo|fixme|contribut|written|owner|maintain|\bcc\b)|{_SECRET}"
 )
 # A key's line: a secret's word, then a long run with a digit (a literal or an unquoted value), as keys are. The
 # looser `_SECRET` sent the model 2.3x the tokens on held-out code for no more keys on the real sets.
+_KEY_LINE_WORDS = ("secret", "token", "key", "auth", "credential", "bearer", "private", "access")
 _KEY_LINE = (
     r"(?i:secret|token|api.?key|\bkey\b|auth|credential|bearer|private|access)"
     r"[^\n]{0,40}?(?:[=:(,]|[^\S\n])[^\S\n]*[\"'`]?(?=[A-Za-z0-9+/_\-.]{0,80}\d)[A-Za-z0-9+/=_\-.]{16,}"
@@ -91,7 +92,7 @@ _GATE_WORDS = (
 )  # fmt: skip
 _SECRET_WORDS = ("pass", "pwd", "secret", "token", "key", "auth", "credential", "bearer", "private")
 _WORDS = {
-    "gated": (*_GATE_WORDS, "secret", "token", "key", "auth", "credential", "bearer", "private", "access"),
+    "gated": (*_GATE_WORDS, *_KEY_LINE_WORDS),
     "context": (*_GATE_WORDS, *_SECRET_WORDS, "copyright", "(c)", "©", "created", "mail", "develop", "todo", "fixme",
                 "contribut", "written", "owner", "maintain", "cc"),
 }  # fmt: skip

@@ -13,9 +13,7 @@ is decided after detection, by `rules.py`, for pattern and model results alike.
 
 import functools
 import ipaddress
-import math
 import re
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -175,15 +173,6 @@ def _preceded_by(pattern: re.Pattern[str], start: int, text: str, window: int) -
     return pattern.search(text, max(0, start - window), start) is not None
 
 
-def shannon_entropy(value: str) -> float:
-    """Bits per character of `value`'s own character distribution."""
-    if not value:
-        return 0.0
-    counts = Counter(value)
-    n = len(value)
-    return -sum(c / n * math.log2(c / n) for c in counts.values())
-
-
 # --- emails -------------------------------------------------------------------------------------------------
 
 _EMAIL = re.compile(  # letters of any script too: `jörg@müller.de` (internationalised addresses, RFC 6531)
@@ -254,8 +243,9 @@ def _is_ipv4(match: re.Match[str], text: str) -> bool:
         return False
     if _VERSION_AFTER.match(text, match.end(1)):
         return False
-    networked = _NETWORK_WORDS.search(text, max(0, start - 100), match.end(1) + 100) is not None
-    return networked or len(value) > 7 and not _VERSION_SHAPED.fullmatch(value)
+    if len(value) > 7 and not _VERSION_SHAPED.fullmatch(value):
+        return True
+    return _NETWORK_WORDS.search(text, max(0, start - 100), match.end(1) + 100) is not None
 
 
 def _is_ipv6(match: re.Match[str], _text: str) -> bool:
@@ -333,7 +323,7 @@ def _looks_random(value: str) -> bool:
         not (len(value) < 32 and _HEX.fullmatch(value))
         and any(c.isdigit() for c in value)
         and any(c.isalpha() for c in value)
-        and shannon_entropy(value) >= 3.0
+        and rules.shannon_entropy(value) >= 3.0
     )
 
 

@@ -240,7 +240,7 @@ _KEY_CHARACTERS = re.compile(r"[A-Za-z0-9+/=_\-.~:]+")  # base64, URL-safe base6
 _CONSTANT_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|[a-z][a-z0-9]*(?:[_.][a-z0-9]+)+")
 
 
-def _entropy(value: str) -> float:
+def shannon_entropy(value: str) -> float:
     """Bits per character of `value`'s own character distribution."""
     n = len(value)
     return -sum(count / n * math.log2(count / n) for count in Counter(value).values()) if n else 0.0
@@ -275,7 +275,7 @@ def spared_by(span: Span, text: str) -> str | None:
             return "key_identifier"
         if not _KEY_CHARACTERS.fullmatch(value):  # `p# Oqgffgf%q999...`: a line of image data
             return "key_fragment"
-        if _entropy(value) < 3.0:  # `q999q9999099990w999000wwww00w0`: a key's characters vary more
+        if shannon_entropy(value) < 3.0:  # `q999q9999099990w999000wwww00w0`: a key's characters vary more
             return "key_not_random"
     if span.entity == KEY and span.detector != "pattern:private_key_block":
         if len(value) <= 8:
