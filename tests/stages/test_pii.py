@@ -1141,3 +1141,29 @@ def test_a_models_key_that_is_part_of_a_token_or_a_constants_name_is_spared():
     assert rules.spared_by(rules.Span("KEY", start, xpm.index('"', start), 0.6, model), xpm) == "key_fragment"
     start = xpm.index("q999")
     assert rules.spared_by(rules.Span("KEY", start, xpm.index('"', start), 0.6, model), xpm) == "key_not_random"
+
+
+def test_a_span_two_recognizers_find_is_named_by_the_same_rule_in_any_recognizer_order(monkeypatch):
+    """Presidio keeps the first of two equal results, and hands out its recognizers in a set's order (another in
+    each process): `Jane Roe` in an AUTHORS file was named by either of two rules from run to run."""
+    from presidio_analyzer import RecognizerRegistry
+
+    from stackcurate.stages.pii import idioms, recognizers
+
+    everyone = (
+        recognizers.code_recognizers() + recognizers.config_recognizers() + idioms.people_recognizers()
+        + idioms.history_recognizers()
+    )  # fmt: skip
+    names = [r.name for r in everyone]
+    assert len(names) == len(set(names))  # so that name order is one order
+    text = "Many thanks to our contributors, by date of first contribution:\n\n* Jane Roe (jroe)\n* Tom Li (tli)\n"
+
+    def detectors() -> list[tuple[int, int, str]]:
+        spans, _ = Detector(PiiConfig(model="none")).find_batch([text], [False], [True], [False])[0]
+        return sorted((s.start, s.end, s.detector) for s in spans)
+
+    before = detectors()
+    assert len(before) == 3  # two names, one handle (`tli` is too short)
+    handed_out = RecognizerRegistry.get_recognizers
+    monkeypatch.setattr(RecognizerRegistry, "get_recognizers", lambda self, *a, **k: handed_out(self, *a, **k)[::-1])
+    assert detectors() == before

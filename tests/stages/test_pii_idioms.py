@@ -741,3 +741,106 @@ def test_the_holders_on_a_copyrights_next_line(detector):
     assert found(detector, "# Copyright (c) 2020 Ilse Vandamme\n# 2021 rewrite of the parser\n") == {
         ("NAME", "Ilse Vandamme")
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "password"),
+    [
+        ('url = "amqp://worker:Vt9#xk/Lp2=Qw8@rabbit.acme.io:5672//"\n', "Vt9#xk/Lp2=Qw8"),  # `/` and `#` unescaped
+        ("mongodb://jroe:q7Fz%Wk2@rT9!mB@mongo1.acme.io:27017/admin\n", "q7Fz%Wk2@rT9!mB"),  # `@` unescaped
+        ('dsn := "mysql://gouser:Hb7@vN2!x@tcp(88.12.4.9:3306)/db"\n', "Hb7@vN2!x"),  # Go's `@tcp(host)`
+        ('url = "postgres://jroe:Qx{7}zL9p@db1.acme.io/db"\n', "Qx{7}zL9p"),
+        ('DATABASE_URL="postgres://app:Xk%21q9%40zLw2@db1.acme.io/app"\n', "Xk%21q9%40zLw2"),  # escaped for its URL
+        ("export http_proxy=jroe:Kq7-wR2zLm9x@proxy.acme.de:3128\n", "Kq7-wR2zLm9x"),  # a proxy without a scheme
+    ],
+)
+def test_url_passwords_as_people_write_them(detector, text, password):
+    got = found(detector, text)
+    assert ("PASSWORD", password) in got
+    assert not any(entity == "EMAIL" for entity, _ in got)  # `mB@mongo1.acme.io` is the password's end
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'url = f"postgres://{user}:{password}@{host}/db"\n',
+        'URL="mysql://$USER:${PASS}@db1/app"\n',
+        "see http://files.acme.io:8080/users/jroe@posteo.de for the list\n",  # a port, then an address in a path
+        'export https_proxy="http://proxy.acme.de:3128/"\n',
+    ],
+)
+def test_url_slots_ports_and_paths_are_no_passwords(detector, text):
+    assert not any(entity == "PASSWORD" for entity, _ in found(detector, text))
+
+
+def test_an_address_in_a_urls_path_after_a_port_is_an_address(detector):
+    assert ("EMAIL", "jroe@posteo.de") in found(detector, "see http://files.acme.io:8080/users/jroe@posteo.de now\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "password"),
+    [
+        ('Net::FTP.open("ftp.acme.de", "jroe", "Kq7-wR2zLm9x")\n', "Kq7-wR2zLm9x"),
+        ('new UsernamePasswordCredentials("jroe", "E9lSi0tcL21pffWQ=J+E")\n', "E9lSi0tcL21pffWQ=J+E"),
+        ('my $dbh = DBI->connect($dsn, "jroe", "qM=Rb1OcWrhQ7TTJ#c");\n', "qM=Rb1OcWrhQ7TTJ#c"),
+    ],
+)
+def test_positional_passwords_of_ftp_clients_and_ones_shaped_like_a_setting(detector, text, password):
+    assert ("PASSWORD", password) in found(detector, text)
+
+
+def test_a_setting_handed_to_a_connect_call_is_no_password(detector):
+    assert found(detector, 'psycopg.connect(dsn, "sslmode=require", "ApplicationName=etl")\n') == set()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'poll pop.acme.net proto pop3 user "jsmith" with pass "Kq7-wR2zLm9x" is "jsmith" here\n',
+        "poll mail.acme.de\n   user jroe pass Kq7-wR2zLm9x\n",
+        "machine ftp.acme.de\n  login jroe\n  password Kq7-wR2zLm9x\n\nmachine b.acme.de\n  login x\n",
+    ],
+)
+def test_fetchmail_and_netrc_statements_on_one_line_or_several(detector, text):
+    assert ("PASSWORD", "Kq7-wR2zLm9x") in found(detector, text)
+
+
+def test_a_netrc_statement_ends_at_a_blank_line(detector):
+    assert found(detector, "machine a.acme.de login jroe\n\nSet the password Kq7-wR2zLm9x in the form.\n") == set()
+
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ("etc/nslcd.conf", "binddn cn=admin,dc=acme,dc=de\nbindpw Lq8-Kx2wZm\n"),
+        ("etc/ldap/slapd.conf", "rootpw Lq8-Kx2wZm\n"),
+        ("etc/keepalived/keepalived.conf", "  authentication {\n    auth_type PASS\n    auth_pass Lq8-Kx2wZm\n"),
+        ("etc/apache2/sites-available/ldap.conf", "AuthLDAPBindPassword Lq8-Kx2wZm\n"),
+        ("etc/mosquitto/conf.d/bridge.conf", "remote_username jroe\nremote_password Lq8-Kx2wZm  # bridge\n"),
+        ("etc/msmtprc", "account gmail\nuser jroe\npassword Lq8-Kx2wZm\n"),  # a run-control file is a config
+        ("etc/postfix/mysql-virtual.cf", "user = postfix\npassword = Lq8-Kx2wZm\n"),
+        ("etc/wgetrc", "proxy_user = jroe\nproxy_password = Lq8-Kx2wZm\n"),
+        ("etc/nut/upsmon", "password = Lq8-Kx2wZm\n"),  # a file in etc/ without an extension
+    ],
+)
+def test_config_directives_written_name_then_value(path, text):
+    table = pa.table({"path": [path], "content": [text]})
+    spans = PiiStage(PiiConfig(model="none"))(table).kept.column("pii_spans").to_pylist()[0]
+    assert [(s["entity"], text[s["start"] : s["end"]]) for s in spans if s["entity"] == "PASSWORD"] == [
+        ("PASSWORD", "Lq8-Kx2wZm")
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "location / {\n  proxy_pass http://backend:8080;\n  fastcgi_pass unix:/run/php/fpm.sock;\n}\n",
+        "PASS_MAX_DAYS 99999\nPASS_MIN_LEN 5\n",
+        "PasswordAuthentication no\nPermitEmptyPasswords no\n",
+        "PassengerRuby /usr/bin/ruby3.1\nbypass 10.0.0.0/8\n",
+        "auth_pass ${KEEPALIVED_PASS}\n",
+    ],
+)
+def test_directives_that_only_mention_a_password_are_left(detector, text):
+    spans, _ = detector.find(text, config=True)
+    assert [s for s in spans if s.entity == "PASSWORD"] == []

@@ -83,7 +83,7 @@ SPANS_FIELD = pa.field("pii_spans", pa.list_(SPAN_TYPE))
 # Files whose values go unquoted (`KEY=value`, `key: value`): by extension, file name, or enry language.
 CONFIG_EXTENSIONS = frozenset(
     {"env", "ini", "cfg", "conf", "config", "properties", "yaml", "yml", "toml", "cnf", "npmrc", "pypirc", "netrc",
-     "s3cfg", "boto"}
+     "s3cfg", "boto", "cf"}
 )  # fmt: skip
 TEMPLATE_SUFFIXES = frozenset({"example", "sample", "dist", "template", "tmpl", "default", "orig", "bak", "in"})
 CONFIG_LANGUAGES = frozenset({"INI", "YAML", "TOML", "Java Properties", "Dotenv", "Git Config", "Nginx"})
@@ -176,12 +176,12 @@ def analyzer() -> "AnalyzerEngine":
     # Presidio picks a device for NLP engines we do not use, by importing torch (heavy, in every process):
     # naming one spares that; the encoder model has its own `device`.
     os.environ.setdefault("PRESIDIO_DEVICE", "cpu")
-    from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+    from presidio_analyzer import AnalyzerEngine
     from presidio_analyzer.nlp_engine import NoOpNlpEngine
 
     from stackcurate.stages.pii import recognizers  # presidio: seconds to import, so only when detecting
 
-    registry = RecognizerRegistry(recognizers=recognizers.code_recognizers(), supported_languages=["en"])
+    registry = recognizers.OrderedRegistry(recognizers=recognizers.code_recognizers(), supported_languages=["en"])
     return AnalyzerEngine(
         registry=registry,
         nlp_engine=NoOpNlpEngine(models=[{"lang_code": "en", "model_name": "none"}]),
@@ -189,13 +189,25 @@ def analyzer() -> "AnalyzerEngine":
     )
 
 
+# A run-control file: `wgetrc`, `.fetchmailrc`, `.curlrc` hold `name = value` settings.
+_RC_FILE = re.compile(r"\.?[a-z0-9_\-]+rc")
+_IN_ETC = re.compile(r"(?:^|/)etc/")
+
+
 def is_config(path: str | None, extension: str | None, language: str | None) -> bool:
-    """Whether a file's values may go unquoted: by enry language, extension, or a `.env*` name."""
+    """Whether a file's values may go unquoted: by enry language, extension, a `.env*` or a run-control name."""
     path = path or ""
     ext = (extension or extension_of(path)).lower()
     if ext in TEMPLATE_SUFFIXES:  # `settings.yml.example`, `.env.sample`: the config file's template
         ext = extension_of(path.rsplit(".", 1)[0]).lower()
-    return language in CONFIG_LANGUAGES or ext in CONFIG_EXTENSIONS or path.rsplit("/", 1)[-1].startswith(".env")
+    name = path.rsplit("/", 1)[-1]
+    return (
+        language in CONFIG_LANGUAGES
+        or ext in CONFIG_EXTENSIONS
+        or name.startswith(".env")
+        or _RC_FILE.fullmatch(name) is not None
+        or (not language and not ext and _IN_ETC.search(path) is not None)  # `etc/nut/upsd.users`
+    )
 
 
 # Files that list people, one a line (`AUTHORS`, `THANKS.md`, `CONTRIBUTORS.txt`, `MAINTAINERS`, `CREDITS-2.x`,

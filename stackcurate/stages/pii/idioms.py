@@ -554,14 +554,14 @@ _ARGUMENT = r"""(?:[bu]?["'][^"'\n]{0,120}["']|[$@]?[\w.\->:\[\]]{1,80}(?:\(\))?
 # the one after a quoted user further on: `smtp.PlainAuth("", "u", "...", host)`, `FTP(host, "u", "...")`,
 # `ldap_bind($ds, "dn", "...")`, `new NetworkCredential("u", "...")`, `$ua->credentials($net, $realm, "u", "...")`,
 # `ssh2_auth_password($c, "u", "...")`, `->authorization_basic("u", "...")`, `imap_open($box, "u", "...")`,
-# Ruby's `Net::SMTP.start(host, 25, helo, "u", "...")`.
+# Ruby's `Net::SMTP.start(host, 25, helo, "u", "...")`, `Net::FTP.open(host, "u", "...")`.
 _AUTH_CALL_BEFORE = re.compile(
     r"(?i)(?:(?:\w*basic_?auth\w*|\w*password_?(?:credentials|authentication)|(?<![\w])(?:basic|auth|login|logon|"
     r"sign_?in|bind|simple_bind_s|authenticate|with_?basic_?auth|http_?auth))(?:[ \t]*\(|[ \t]+)\s*"
     + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""
     r"|:basic_auth[ \t]*,\s*" + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""  # Faraday's `f.request :basic_auth, 'u', '...'`
     r"|(?:\w*auth|\w*login|\w+_bind|\w*credentials?|\w*password|\w*basic|\w*authenticator|imap_open|ftp(?:_tls)?|"
-    r"smtp(?:_ssl)?|imap4(?:_ssl)?|pop3|(?:smtp|pop3?)\.start)"
+    r"smtp(?:_ssl)?|imap4(?:_ssl)?|pop3|(?:ftp(?:tls)?|smtp|pop3?|imap|telnet)\.(?:start|open|new))"
     r"[ \t]*\(\s*(?:" + _ARGUMENT + r"""\s*,\s*){0,3}[bu]?["'][^"'\n]{1,80}["']\s*,\s*[bu]?["']$)"""
 )  # fmt: skip
 # ... or the third of a database connect call: `DriverManager.getConnection(url, "u", "...")`,
@@ -585,7 +585,8 @@ _PASSWORD_SETTER_BEFORE = re.compile(
 
 
 _IDENTIFIER = re.compile(r"[a-z]+(?:[_.][a-z]+)+")
-_SETTING = re.compile(r"[A-Za-z_][\w.\-]+=|[^;]*=[^;]*;")
+# A setting names a word (`sslmode=require`, `ApplicationName=x`), not a random run (`E9lSi0tcL21pffWQ=J+E`).
+_SETTING = re.compile(r"(?:[a-z_][a-z0-9_.\-]{2,}|[A-Za-z][a-z]+(?:[A-Z][a-z]+)*)=|[^;]*=[^;]*;")
 
 
 def _credential_argument(match: re.Match[str], text: str) -> bool:
@@ -667,10 +668,12 @@ _SERVLET_PASSWORD = re.compile(
     r"(?i)<(param-name|name|key)>[ \t]*[\w.\-]*(?:password|passwd|pwd|passphrase)[ \t]*</\1>\s*"
     r"<(?:param-)?value>[ \t]*([^<>\s]{4,128})[ \t]*</(?:param-)?value>"
 )
-# netrc (`machine h login u password p`) and fetchmailrc (`poll h ... user "u" password "p"`).
+# netrc (`machine h login u password p`) and fetchmailrc (`poll h ... user "u" there with pass "p"`), a statement
+# on one line or on several (no blank line, no next statement between).
+_STATEMENT_GOES_ON = r"(?:[^\n]|\n(?![ \t]*(?:\n|(?:machine|poll|skip|default)\b)))"
 _NETRC = re.compile(
-    r"(?m)^[ \t]*(?:machine|poll|default)\b[^\n]*?\b(?:login|user(?:name)?)[ \t]+\S+[^\n]*?\bpassword[ \t]+"
-    r"[\"']?([^\s\"']{4,128})[\"']?(?=\s|$)"
+    rf"(?m)^[ \t]*(?:machine|poll|skip|default)\b{_STATEMENT_GOES_ON}{{0,300}}?\b(?:login|user(?:name)?)[ \t]+\S+"
+    rf"{_STATEMENT_GOES_ON}{{0,120}}?\bpass(?:word)?[ \t]+[\"']?([^\s\"']{{4,128}})[\"']?(?=\s|$)"
 )
 # SQL: `CREATE USER 'u'@'h' IDENTIFIED BY '...'` (MySQL, Oracle), `CREATE ROLE u WITH LOGIN PASSWORD '...'`,
 # `ALTER USER u WITH ENCRYPTED PASSWORD '...'` (PostgreSQL).
@@ -844,7 +847,15 @@ PASSWORD_RULES = [
     ),
     Rule("env_password", _ENV_SETTER, ((1, PASSWORD),), 0.8, _last_value, keywords=("pass", "pwd")),
     Rule("env_password", _NAMED_ENV, ((1, PASSWORD),), 0.8, _last_value, keywords=("name:",), follow=1),
-    Rule("netrc_password", _NETRC, ((1, PASSWORD),), 0.8, _last_value, keywords=("password",)),
+    Rule(
+        "netrc_password",
+        _NETRC,
+        ((1, PASSWORD),),
+        0.8,
+        _last_value,
+        keywords=("machine", "poll", "skip", "default"),
+        follow=4,
+    ),  # fmt: skip
     Rule(
         "sql_password",
         _SQL_PASSWORD,
@@ -1069,7 +1080,8 @@ def people_recognizers() -> list[EntityRecognizer]:
                 NamePlace("people_file", re.compile(r"\A(?P<list>[\s\S]+)"), (), names=_people_names, reach=1 << 40),
                 NamePlace("people_file", _TOML_NAME, ("name",), names=_one),
                 NamePlace("people_file", _TABLE_NAME, ("|",), names=_one),
-            ]
+            ],
+            name="PeopleFileName",
         ),
         RegexRecognizer(
             "PeopleFileHandle",

@@ -16,9 +16,9 @@ import ipaddress
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from presidio_analyzer import EntityRecognizer, RecognizerResult
+from presidio_analyzer import EntityRecognizer, RecognizerRegistry, RecognizerResult
 from presidio_analyzer.nlp_engine import NlpArtifacts
 
 from stackcurate.stages.pii import rules
@@ -180,8 +180,9 @@ _EMAIL = re.compile(  # letters of any script too: `jörg@müller.de` (internati
     r"(?:[^\W_](?:[\w-]{0,61}[^\W_])?\.)+[^\W\d_]{2,24}(?![\w-])"
 )
 # Inside a URL's credentials (`scheme://user:password@host`, a Sentry DSN's `https://<key>@host`): what
-# looks like an address there is a password's or a user's end and its host.
-_IN_USERINFO = re.compile(r"://[^\s/@\"'<>]*$")
+# looks like an address there is a password's or a user's end and its host; the password may hold `/` and `@`
+# as people write them unescaped (`amqp://u:Xk/9@2z@host`), but a port's digits then `/` end the host.
+_IN_USERINFO = re.compile(r"://(?:[^:/\s@\"'<>]{0,64}:(?!\d+/)[^\s\"'<>]*|[^\s/@\"'<>]*)$")
 # The same without a scheme, `user:password@host` in a string (not a label: `mailto:`, `Contact:`).
 _USER_COLON_BEFORE = re.compile(
     r"(?<![\w.+%-])(?!(?i:mailto|e-?mail|mail|contact|author|maintainer|from|to|cc|reply-to)\b)[\w.+%-]{1,32}:$"
@@ -402,10 +403,27 @@ def _url_key(match: re.Match[str], _text: str) -> bool:
 
 
 # `scheme://user:password@host` (databases, brokers, basic auth in URLs); the host may be a template's
-# placeholder (`https://u:...@${host}/`).
+# placeholder (`https://u:...@${host}/`). The password runs to the first `@` that a host and the host's end
+# follow: people write `/`, `#` and `@` in it unescaped (`mongodb://u:Xk/9#q@2z@db1:27017`), which URL parsers
+# would split elsewhere; never a port's digits then `/` (`http://host:8080/x@y.org` is an address in a path).
 _CONNECTION = re.compile(
-    r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{0,64}):([^/\s'\"<>{}]{3,128})@(?:[\w.\-\[\]]|\$\{)+"
-)  # the password runs to the last `@`, as URL parsers split it
+    r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{0,64}):((?!\d+/)[^\s'\"<>]{3,128}?)"
+    r"@(?:[\w.\-\[\]]|\$\{)+(?=[:/?#'\"`\s()>\]},;|&]|$)"
+)
+_AWS_KEY_ID = re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}")
+
+
+def _connection(match: re.Match[str], _text: str) -> bool:
+    """Not a template's slot (`u:{password}@`, `u:${PASS}@`), nor an AWS key pair (`mongodb://AKIA...:<secret>@`:
+    the key rules find both as keys)."""
+    return not is_reference(match.group(2)) and not _AWS_KEY_ID.fullmatch(match.group(1))
+
+
+# A proxy's credentials without a scheme: `http_proxy=jroe:...@proxy.acme.de:3128`, `proxy: u:...@host`.
+_PROXY_USERINFO = re.compile(
+    r"(?i)proxy\w*[ \t]*[=:][ \t]*[\"']?([^:/\s@'\"<>{}=]{1,64}):((?!\d+/|//)[^\s'\"<>{}]{3,128}?)"
+    r"@[\w.\-]+(?=[:/\s'\"]|$)"
+)
 
 
 def _config_line(words: str, value: str) -> re.Pattern[str]:
@@ -422,6 +440,28 @@ def _config_line(words: str, value: str) -> re.Pattern[str]:
 _CONFIG_PASSWORD = _config_line(
     rf"(?:{_PASSWORD_WORDS}|secret|(?<=[_.\-])pw(?=[ \t]*[=:]))", r"[^\s\"'#;,{}\[\]<>][^\s\"']{2,127}"
 )  # and `mysqli.default_pw = ...`
+# A directive written `name value` (Apache, LDAP clients, keepalived, msmtp, mosquitto, cntlm: `bindpw ...`,
+# `rootpw ...`, `auth_pass ...`, `AuthLDAPBindPassword ...`, `remote_password ...`): a line of the name, ending in
+# a password's word, and one value. Not nginx's upstreams (`proxy_pass backend;`), not `bypass` or `compass`.
+_CONFIG_DIRECTIVE_PASSWORD = re.compile(
+    r"(?im)^[ \t]*[\w.\-]*"
+    r"(?<!by)(?<!com)(?<!tres)(?<!proxy_)(?<!fastcgi_)(?<!uwsgi_)(?<!scgi_)(?<!grpc_)(?<!memcached_)"
+    rf"(?:{_PASSWORD_WORDS}|rootpw)[ \t]+[\"']?([^\s\"'#;=:{{}}<>][^\s\"']{{2,127}}?)[\"']?[ \t]*(?:[ \t][#;][^\n]*)?$"
+)
+
+
+def _directive_password(match: re.Match[str], _text: str) -> bool:
+    """A letter and a digit or symbol (`PASS_MIN_LEN 5` is no password), not a path, a URL or a reference."""
+    value = match.group(1)
+    return (
+        any(c.isalpha() for c in value)
+        and any(not c.isalpha() for c in value)
+        and not is_path(value)
+        and "://" not in value
+        and not is_reference(value)
+    )
+
+
 # What stands for a value rather than being one: a variable (`$PASS`, `${db.password}`, `$(cat f)`, `$opt{w}`), a
 # format or template slot (`%(password)s`, `%PASS%`, `{{ x }}`, `{password}`, `<password>`), a bind parameter
 # (`:pass`, `@pass`), a call (`get_password()`). A strong password may still open with `$`, `%` or `@`
@@ -1020,9 +1060,9 @@ class NameRecognizer(EntityRecognizer):
     """A presidio recognizer for people's names where code lists them (`NAME_PLACES`); which of them name an
     organisation or a project is decided with the other post-processing, by `rules.is_organisation`."""
 
-    def __init__(self, places: list[NamePlace]) -> None:
+    def __init__(self, places: list[NamePlace], name: str = "NamePattern") -> None:
         self.places = places
-        super().__init__(supported_entities=[NAME], name="NamePattern", supported_language="en", version="1")
+        super().__init__(supported_entities=[NAME], name=name, supported_language="en", version="1")
 
     def load(self) -> None:
         pass
@@ -1147,8 +1187,15 @@ def code_recognizers() -> list[EntityRecognizer]:
                 ),
                 Rule("url_key", _URL_KEY, ((1, KEY), (2, KEY)), 0.95, _url_key, anchor="://"),
                 Rule(
-                    "connection_string", _CONNECTION, ((1, USERNAME), (2, PASSWORD)), 0.9, anchor="://", one_line=True
+                    "connection_string",
+                    _CONNECTION,
+                    ((1, USERNAME), (2, PASSWORD)),
+                    0.9,
+                    _connection,
+                    anchor="://",
+                    one_line=True,
                 ),
+                Rule("proxy_credentials", _PROXY_USERINFO, ((1, USERNAME), (2, PASSWORD)), 0.9, keywords=("proxy",)),
             ],
         ),
     ]
@@ -1161,10 +1208,20 @@ def config_recognizers() -> list[EntityRecognizer]:
             "ConfigPattern",
             [
                 Rule("config_password", _CONFIG_PASSWORD, ((1, PASSWORD),), 0.8, _config_password),
+                Rule("config_password", _CONFIG_DIRECTIVE_PASSWORD, ((1, PASSWORD),), 0.8, _directive_password),
                 Rule("config_key", _CONFIG_KEY, ((1, KEY),), 0.75, _config_key),
             ],
         )
     ]
+
+
+class OrderedRegistry(RecognizerRegistry):
+    """Presidio keeps the first of two results with the same span, type and score, and hands out its
+    recognizers in a set's order (another in every process): in name order, the same rule names a span found by
+    two on every run."""
+
+    def get_recognizers(self, *args: Any, **kwargs: Any) -> list[EntityRecognizer]:
+        return sorted(super().get_recognizers(*args, **kwargs), key=lambda recognizer: recognizer.name)
 
 
 class EncoderRecognizer(EntityRecognizer):

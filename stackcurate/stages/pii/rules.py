@@ -225,8 +225,10 @@ def _email_rule(value: str, text: str, start: int, end: int) -> str | None:
     return None
 
 
-# An escaped `%` or two escapes: a URL-parsing test's value (`Sparrow%1980` is a password with a `%`).
+# An escaped `%` or two escapes in a made-up word: a URL-parsing test's value (`pass%25word`, `p%40ss%23word`).
+# Not `Sparrow%1980` (a password with a `%`), nor a real password escaped for its URL (`Xk%21q9%40zLw2`).
 _PERCENT_ESCAPE = re.compile(r"%25|%[0-9A-Fa-f]{2}.*%[0-9A-Fa-f]{2}")
+_MADE_UP = re.compile(r"pass|word|secret|pwd|test|foo|bar|user|example|dummy|fake|sample")
 _ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[0-7]{1,3}|.)")
 
 
@@ -251,7 +253,11 @@ def spared_by(span: Span, text: str) -> str | None:
     value = text[span.start : span.end]
     if len(value.strip()) <= 3 or (span.entity == PASSWORD and len(_unescaped(value).strip()) <= 3):  # `p%2d`
         return "too_short"
-    if span.entity == PASSWORD and _PERCENT_ESCAPE.search(value):  # `p%252d`, `pass%25word`: URL-parsing tests
+    if (
+        span.entity == PASSWORD
+        and _PERCENT_ESCAPE.search(value)
+        and _MADE_UP.search(re.sub(r"[^a-z]", "", unquote(value).lower()))
+    ):
         return "password_escaped"
     if span.entity == IP_ADDRESS:
         return _ip_rule(value)
