@@ -340,6 +340,9 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
             _truncate(out / "metrics.csv", step)  # rows an interrupted run logged after its last checkpoint
             _truncate(out / EVALS, step)
             log.info("resuming from %s", resume)
+    elif rank == 0:  # rows of a run interrupted before its first checkpoint: this one logs them again
+        for path in (out / "metrics.csv", out / EVALS):
+            path.unlink(missing_ok=True)
     if rank == 0:
         log.info("%s", split.describe())
     wrapped: Any = net
@@ -446,12 +449,14 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
             _append(metrics_path, row)
         if step % cfg.save_every == 0 or step == last:  # every rank: FSDP gathers the full state
             _save(out, net, optimizer, scheduler, step, position, cfg, torch, device, rank, world, fsdp)
+            _saved(world)
             if cfg.eval and rank == 0:
                 evaluations.start(step)
     bar.close()
     batches.close()
     evaluations.wait()
     if own_group:
+        dist.barrier()  # the ranks leave together: one torn down while another still writes was seen to abort
         dist.destroy_process_group()
     return rows
 
@@ -709,6 +714,15 @@ def _save(out: Path, net: Any, optimizer: Any, scheduler: Any, step: int, positi
     )  # fmt: skip
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
+
+
+def _saved(world: int) -> None:
+    """Every rank goes on once rank 0 has moved the checkpoint into place: none runs ahead into the next steps,
+    or out of the run, while it writes."""
+    import torch.distributed as dist
+
+    if world > 1 and dist.is_initialized():
+        dist.barrier()
 
 
 def _digest(folder: str) -> str:
