@@ -844,3 +844,42 @@ def test_config_directives_written_name_then_value(path, text):
 def test_directives_that_only_mention_a_password_are_left(detector, text):
     spans, _ = detector.find(text, config=True)
     assert [s for s in spans if s.entity == "PASSWORD"] == []
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("curlSetOpt(cookie = '_ZopeId=\"19859283A3b5b4d9\"', curl = h)\n", "19859283A3b5b4d9"),  # short hex
+        ('getURL(u, cookie = "_ZopeId=%2219859283A3b5b4d9%22")\n', "19859283A3b5b4d9"),
+        ("Cookie: ASP.NET_SessionId=xk4z1m2n3b5v6c7x8z9a0s1d; path=/\n", "xk4z1m2n3b5v6c7x8z9a0s1d"),
+        ("Set-Cookie: ASPSESSIONIDQQGGQRRS=KMHJBPLBOIMKGHJDLKLPFGAC9; path=/\n", "KMHJBPLBOIMKGHJDLKLPFGAC9"),
+    ],
+)
+def test_session_cookies_of_other_servers_by_their_names(detector, text, value):
+    assert ("KEY", value) in found(detector, text)
+
+
+def test_a_session_cookie_of_one_repeated_digit_or_a_word_is_no_key(detector):
+    assert (
+        found(detector, "Cookie: ASP.NET_SessionId=1111111111111111; x=y\nSESSION_KEY=session_cookie_name\n") == set()
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        (" * @author fredt@users dot sourceforge.net\n", "fredt@users dot sourceforge.net"),
+        ("Mike Nerone <mi\\x40alma.ch>\n", "mi\\x40alma.ch"),
+        ('my $email = "jroe\\@cpan.org";\n', "jroe\\@cpan.org"),  # Perl's escaped `@`
+        ('<a href="mailto:jroe&#64;posteo.de">Jane</a>\n', "jroe&#64;posteo.de"),
+        ("jroe&#x40;posteo.de\n", "jroe&#x40;posteo.de"),
+        ("https://lists.acme.io/subscribe?email=jroe%40posteo.de&x=1\n", "jroe%40posteo.de"),
+    ],
+)
+def test_an_at_escaped_or_a_dot_spelled_out(detector, text, address):
+    assert ("EMAIL", address) in found(detector, text)
+
+
+def test_escaped_example_addresses_and_spelled_dots_in_prose_are_left(detector):
+    text = 'x = "jroe&#64;example.com"\nmy $x = "me\\@localhost.localdomain";\nlook at x@2x dot png\nme@home dot not\n'
+    assert found(detector, text) == set()

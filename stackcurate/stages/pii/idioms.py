@@ -49,7 +49,7 @@ from stackcurate.stages.pii.recognizers import (
     is_reference,
     not_prose,
 )
-from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, common_words, english_words
+from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, common_words, english_words, shannon_entropy
 
 # --- people ---------------------------------------------------------------------------------------------------
 
@@ -292,9 +292,28 @@ _SPELLED_DOT = re.compile(r"[ \t]*[\[({<\-_/]?[ \t]*(?i:dot)[ \t]*[\])}>\-_/]?[ 
 _SPELLED_AT = re.compile(r"[ \t]*[\[({<\-_/][ \t]*(?i:at)[ \t]*[\])}>\-_/][ \t]*|[ \t]+(?:at|AT)[ \t]+")
 
 
+# `fredt@users dot sourceforge.net`: an `@`, and a dot spelled out in the domain.
+_AT_SPELLED_DOT_EMAIL = re.compile(
+    r"(?<![\w.+%-])[A-Za-z0-9][\w.+%-]{0,63}@[A-Za-z0-9][\w-]*(?:\.[\w-]+)*"
+    r"(?:[ \t]+(?:dot|DOT)[ \t]+|[ \t]*[\[(<{](?:dot|DOT)[\])>}][ \t]*)[\w-]+(?:(?:\.|[ \t]+(?:dot|DOT)[ \t]+)[\w-]+)*"
+    r"(?![\w-])"
+)
+# An `@` escaped as strings and markup write it: Perl's `"jroe\@cpan.org"`, `\x40`, `\u0040`, HTML's `&#64;` and
+# `&#x40;`, a URL's `%40` (`?email=jroe%40posteo.de`).
+_ESCAPED_AT = r"(?:\\@|\\x40|\\u0040|&#0*64;|&#[xX]0*40;|%40)"
+_ESCAPED_AT_EMAIL = re.compile(
+    rf"(?<![\w.+%-])[^\W_][\w.+-]{{0,63}}{_ESCAPED_AT}(?:[^\W_](?:[\w-]{{0,61}}[^\W_])?\.)+[^\W\d_]{{2,24}}(?![\w-])"
+)
+
+
+def _escaped_address(match: re.Match[str], _text: str) -> bool:
+    domain = re.split(_ESCAPED_AT, match.group(0), maxsplit=1)[-1]
+    return bool(_tld_extract()(domain).suffix)
+
+
 def _spelled_address(value: str) -> bool:
     """Its domain, dots restored, ends in a public suffix (`jroe at example dot org`, not `look at this dot`)."""
-    domain = _SPELLED_AT.split(value, maxsplit=1)[-1]
+    domain = value.split("@", 1)[1] if "@" in value else _SPELLED_AT.split(value, maxsplit=1)[-1]
     domain = _SPELLED_DOT.sub(".", domain) if re.search(r"(?i)dot", domain) else domain
     extracted = _tld_extract()(domain)
     return bool(extracted.suffix and extracted.domain)
@@ -496,6 +515,24 @@ HANDLE_RULES = [
 ]
 
 EMAIL_RULES = [
+    Rule(
+        "obfuscated_email",
+        _AT_SPELLED_DOT_EMAIL,
+        ((0, EMAIL),),
+        0.8,
+        lambda match, _text: _spelled_address(match.group(0)),
+        anchor="@",
+        one_line=True,
+    ),
+    Rule(
+        "escaped_email",
+        _ESCAPED_AT_EMAIL,
+        ((0, EMAIL),),
+        0.85,
+        _escaped_address,
+        anchor=("\\@", "\\x40", "\\u0040", "&#64;", "&#x40;", "&#X40;", "&#064;", "%40"),
+        one_line=True,
+    ),
     Rule(
         "obfuscated_email",
         _BRACKETED_AT,
@@ -702,12 +739,20 @@ _ACCOUNT_KEY = re.compile(r"\b(?:AccountKey|SharedAccessKey|SharedAccessSignatur
 # A session cookie's value: `Cookie: sessionid=...`, `JSESSIONID=...`, `_session_id=...`, and as a client's
 # cookie jar writes it: `{"session": "..."}`, `cookies.set("PHPSESSID", "...")`.
 # `cookies['_app_session'] = "..."`, Go's `http.Cookie{Name: "session_token", Value: "..."}` and a Netscape cookie
-# file's tab-separated `sessionid<TAB>...` too.
+# file's tab-separated `sessionid<TAB>...` too; the session cookies of other servers by their names: Zope's
+# `_ZopeId="..."`, ASP's `ASP.NET_SessionId` and `ASPSESSIONID...`, ColdFusion's `CFTOKEN`, Drupal's `SESS<hex>`.
 _SESSION_COOKIE = re.compile(
-    r"(?i)(?:\b(?:session(?:_?(?:id|token|key))?|sid|phpsessid|jsessionid|connect\.sid|csrftoken)|\w+_session\b|"
-    r"""\bremember_token)(?:=|\t|["'][ \t]*[:,][ \t]*(?:value:[ \t]*)?["']|["']\][ \t]*=[ \t]*["'])"""
-    r"([A-Za-z0-9%._\-]{16,})"
+    r"(?i)(?:\b(?:session(?:_?(?:id|token|key))?|sid|phpsessid|jsessionid|connect\.sid|csrftoken|_zopeid|"
+    r"asp\.net_sessionid|aspsessionid\w*|cftoken|sess[0-9a-f]{32})|\w+_session\b|"
+    r"""\bremember_token)(?:=(?:"|%22)?|\t|["'][ \t]*[:,][ \t]*(?:value:[ \t]*)?["']|["']\][ \t]*=[ \t]*["'])"""
+    r"([A-Za-z0-9%._\-]{16,}?)(?=%22|[^A-Za-z0-9%._\-]|$)"
 )
+
+
+def _session_id(match: re.Match[str], _text: str) -> bool:
+    """Random-looking; hex too, however short (a server's session ids are: `_ZopeId="19859283A3b5b4d9"`)."""
+    value = match.group(1).strip("=%")
+    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value) and shannon_entropy(value) >= 3.0
 
 
 def _secret_shaped(value: str) -> bool:
@@ -928,8 +973,8 @@ KEY_RULES = [
         _SESSION_COOKIE,
         ((1, KEY),),
         0.75,
-        _random_value,
-        keywords=("session", "sessid", "sid=", "sid\t", "csrftoken", "remember_token"),
+        _session_id,
+        keywords=("session", "sessid", "sid=", "sid\t", "csrftoken", "remember_token", "zopeid", "cftoken", "sess"),
     ),
 ]
 

@@ -198,8 +198,11 @@ def _line_of(text: str, start: int, end: int) -> str:
     return text[lo : hi if hi >= 0 else len(text)]
 
 
+_ESCAPED_AT = re.compile(r"\\@|\\x40|\\u0040|&#0*64;|&#[xX]0*40;|%40")  # `jroe\@cpan.org`, `jroe&#64;x.org`
+
+
 def _email_rule(value: str, text: str, start: int, end: int) -> str | None:
-    mailbox, _, domain = value.rpartition("@")
+    mailbox, _, domain = _ESCAPED_AT.sub("@", value).rpartition("@")
     placeholder = value.lower() == "ll@li.org"  # gettext's template header: `Language-Team: LANGUAGE <LL@li.org>`
     if (
         placeholder
