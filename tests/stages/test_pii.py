@@ -174,12 +174,14 @@ def test_unquoted_values_count_in_config_files_and_as_name_equals_value_elsewher
 def test_entity_views_read_pod_and_html_letters_and_map_back():
     text = "x = 1\nCopyright 2014 by Salvador FandiE<ntilde>o\n<p>by Ren&eacute; Lef&#232;vre &amp; co</p>\nAT&amp;T\n"
     (view,) = escapes.entity_views(text)
-    assert view.text == "Copyright 2014 by Salvador Fandiño\n<p>by René Lefèvre & co</p>"  # not `AT&T`: no letter
+    assert view.text == "Copyright 2014 by Salvador Fandiño\n<p>by René Lefèvre & co</p>\nAT&T"  # `x = 1`: none
     start = view.text.index("Salvador Fandiño")
     assert text[slice(*view.to_original(start, start + 16))] == "Salvador FandiE<ntilde>o"
     start = view.text.index("René Lefèvre")
     assert text[slice(*view.to_original(start, start + 12))] == "Ren&eacute; Lef&#232;vre"
-    assert escapes.entity_views("a &amp; b\n") == [] and escapes.entity_views("plain\n") == []
+    assert escapes.entity_views("plain\n") == [] and escapes.entity_views("a &nbsp; b\n") == []
+    (markup,) = escapes.entity_views("<code>&lt;password&gt;Ex98wh&lt;/password&gt;</code>\n")  # code in HTML
+    assert markup.text == "<code><password>Ex98wh</password></code>"
     assert escapes.entity_views("Password=%NCDm)(O#Cc+dTlz&624;\n") == []  # `&624;` is no entity: no `#`
 
 
@@ -1116,6 +1118,7 @@ def test_rules_scanning_only_their_anchors_lines_find_what_a_whole_text_scan_fin
     text = (
         "@decorator\ncontact: jane.roe@example.org, see ::\nserver 10.0.0.1 and fe80::1ff:fe23:4567:890a here\n"
         "url = postgres://admin:s3cretpw@db.local/x\n# a@b @ c\n1.2.3.4\n::1\nno anchors on this line\n"
+        'fredt@users dot sourceforge.net\nmy $m = "jroe\\@cpan.org";\nscp x.tgz jroe:Ex98whGc@host.acme.de:/srv\n'
     )
     rules = [rule for r in recognizers.code_recognizers() for rule in getattr(r, "rules", []) if rule.one_line]
     assert {rule.name for rule in rules} >= {"email", "ipv4", "ipv6", "connection_string"}

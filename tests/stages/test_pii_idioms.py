@@ -883,3 +883,33 @@ def test_an_at_escaped_or_a_dot_spelled_out(detector, text, address):
 def test_escaped_example_addresses_and_spelled_dots_in_prose_are_left(detector):
     text = 'x = "jroe&#64;example.com"\nmy $x = "me\\@localhost.localdomain";\nlook at x@2x dot png\nme@home dot not\n'
     assert found(detector, text) == set()
+
+
+@pytest.mark.parametrize(
+    ("text", "password"),
+    [
+        ('Executor.newInstance().auth(new HttpHost("h.acme.de"), "jroe", "NT-d7FguoV8FW?n~")\n', "NT-d7FguoV8FW?n~"),
+        ('Transport.send(message, "jroe@gmail.com", "pB0JxXujr4qq");\n', "pB0JxXujr4qq"),  # JavaMail
+        ('<scp file="x.jar" todir="jroe:Ex98whGcTZ1b@host.acme.de:/srv"/>\n', "Ex98whGcTZ1b"),  # Ant
+        ("scp -r build jroe:Ex98whGcTZ1b@host.acme.de:/srv\n", "Ex98whGcTZ1b"),
+        ('props.put("mail.smtp.password", "qwhz mkvb tnoy rhxe");\n', "qwhz mkvb tnoy rhxe"),  # a Google app password
+        ("spring.mail.password=qwhz mkvb tnoy rhxe\n", "qwhz mkvb tnoy rhxe"),
+        # code shown in HTML: its quotes and brackets escaped
+        ("&lt;scp file=&quot;x.jar&quot; todir=&quot;jroe:Ex98whGcTZ1b@host:/srv&quot;/&gt;\n", "Ex98whGcTZ1b"),
+        ("&lt;ftp server=&quot;ftp.acme.de&quot;\n   password=&quot;Ex98whGcTZ1b&quot;&gt;\n", "Ex98whGcTZ1b"),
+        ("<code>&lt;password&gt;Ex98whGcTZ1b&lt;/password&gt;</code>\n", "Ex98whGcTZ1b"),
+        ("jdbc:mysql://db1/app?user=jroe&amp;password=Ex98whGcTZ1b&amp;ssl=true\n", "Ex98whGcTZ1b"),
+        ("<td>mysql -u jroe -pEx98whGcTZ1b</td>\n", "Ex98whGcTZ1b"),
+    ],
+)
+def test_jvm_mail_and_scp_credentials_and_code_shown_in_html(detector, text, password):
+    assert ("PASSWORD", password) in found(detector, text)
+
+
+def test_scp_targets_without_a_password_and_four_word_prose_are_no_passwords(detector):
+    text = (
+        '<scp file="x.jar" todir="jroe@host.acme.de:/srv" keyfile="${user.home}/.ssh/id_rsa"/>\n'
+        "scp build/x.tgz deploy@host.acme.de:/srv\n"
+        'auth_note = "this gets sent when done"\n'
+    )
+    assert not any(entity == "PASSWORD" for entity, _ in found(detector, text))

@@ -136,6 +136,7 @@ def views(text: str, depth: int = MAX_DEPTH) -> list[Joined | View]:
 
 # POD's `E<ntilde>`, `E<233>`, `E<0xe9>`; HTML's `&ntilde;`, `&#233;`, `&#xe9;`.
 _ENTITY = re.compile(r"E<(\w+)>|&(#?\w+);")
+_MARKUP = frozenset("\"'<>&")  # what HTML escapes in code it shows
 
 
 def _entity_char(name: str, pod: bool) -> str | None:
@@ -156,8 +157,9 @@ def _entity_char(name: str, pod: bool) -> str | None:
 
 
 def entity_views(text: str) -> list[Joined]:
-    """One view of the lines of `text` where an entity stands for a letter (`FandiE<ntilde>o`), each entity read
-    as its character, the lines joined by newlines; none if no line has such an entity."""
+    """One view of the lines of `text` where an entity stands for a letter (`FandiE<ntilde>o`) or for markup
+    (code shown in HTML: `todir=&quot;u:...@host&quot;`, `&lt;password&gt;`), each entity read as its
+    character, the lines joined by newlines; none if no line has such an entity."""
     if "E<" not in text and "&" not in text:
         return []
     parts, starts, size, at = [], [], 0, 0
@@ -175,7 +177,7 @@ def entity_views(text: str) -> list[Joined]:
 
 
 def _entities(line: str, offset: int) -> View | None:
-    """`line` with its entities read as characters, if one of them stands for a letter."""
+    """`line` with its entities read as characters, if one of them stands for a letter or for markup."""
     pieces: list[str] = []
     escapes: list[int] = []
     wider: list[int] = []
@@ -185,7 +187,7 @@ def _entities(line: str, offset: int) -> View | None:
         char = _entity_char(match.group(1) or match.group(2), pod=match.group(1) is not None)
         if char is None:
             continue
-        letter = letter or char.isalpha()
+        letter = letter or char.isalpha() or char in _MARKUP
         pieces.append(line[last : match.start()])
         size += match.start() - last
         escapes.append(size)

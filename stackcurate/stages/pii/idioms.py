@@ -583,7 +583,10 @@ EMAIL_RULES = [
 
 # --- credentials ----------------------------------------------------------------------------------------------
 
-_ARGUMENT = r"""(?:[bu]?["'][^"'\n]{0,120}["']|[$@]?[\w.\->:\[\]]{1,80}(?:\(\))?)"""
+_ARGUMENT = (
+    r"""(?:[bu]?["'][^"'\n]{0,120}["']|[$@]?[\w.\->:\[\]]{1,80}(?:\(\))?"""
+    r"""|new[ \t]+[\w.]+\([^()\n]{0,120}\))"""  # `auth(new HttpHost("h"), "u", "...")`
+)
 # The value (the quote before it is where the match starts) is the second argument of a call whose name
 # says it authenticates (Ruby's without parentheses too, the arguments perhaps on lines of their own):
 # `setBasicAuth("u", "...")`, `basic_auth 'u', '...'`, `new UsernamePasswordCredentials("u", "...")`,
@@ -591,14 +594,15 @@ _ARGUMENT = r"""(?:[bu]?["'][^"'\n]{0,120}["']|[$@]?[\w.\->:\[\]]{1,80}(?:\(\))?
 # the one after a quoted user further on: `smtp.PlainAuth("", "u", "...", host)`, `FTP(host, "u", "...")`,
 # `ldap_bind($ds, "dn", "...")`, `new NetworkCredential("u", "...")`, `$ua->credentials($net, $realm, "u", "...")`,
 # `ssh2_auth_password($c, "u", "...")`, `->authorization_basic("u", "...")`, `imap_open($box, "u", "...")`,
-# Ruby's `Net::SMTP.start(host, 25, helo, "u", "...")`, `Net::FTP.open(host, "u", "...")`.
+# Ruby's `Net::SMTP.start(host, 25, helo, "u", "...")`, `Net::FTP.open(host, "u", "...")`, JavaMail's
+# `Transport.send(message, "u", "...")`.
 _AUTH_CALL_BEFORE = re.compile(
     r"(?i)(?:(?:\w*basic_?auth\w*|\w*password_?(?:credentials|authentication)|(?<![\w])(?:basic|auth|login|logon|"
     r"sign_?in|bind|simple_bind_s|authenticate|with_?basic_?auth|http_?auth))(?:[ \t]*\(|[ \t]+)\s*"
     + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""
     r"|:basic_auth[ \t]*,\s*" + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""  # Faraday's `f.request :basic_auth, 'u', '...'`
     r"|(?:\w*auth|\w*login|\w+_bind|\w*credentials?|\w*password|\w*basic|\w*authenticator|imap_open|ftp(?:_tls)?|"
-    r"smtp(?:_ssl)?|imap4(?:_ssl)?|pop3|(?:ftp(?:tls)?|smtp|pop3?|imap|telnet)\.(?:start|open|new))"
+    r"smtp(?:_ssl)?|imap4(?:_ssl)?|pop3|(?:ftp(?:tls)?|smtp|pop3?|imap|telnet)\.(?:start|open|new)|transport\.send)"
     r"[ \t]*\(\s*(?:" + _ARGUMENT + r"""\s*,\s*){0,3}[bu]?["'][^"'\n]{1,80}["']\s*,\s*[bu]?["']$)"""
 )  # fmt: skip
 # ... or the third of a database connect call: `DriverManager.getConnection(url, "u", "...")`,
@@ -653,27 +657,27 @@ def _credential_argument(match: re.Match[str], text: str) -> bool:
 # (the generic env rule takes unquoted values).
 _CLI_CREDENTIALS = re.compile(
     r"(?m)(?:"
-    r"\bcurl\b[^\n]*?(?:-u|--user)[ \t]+[\"']?[^\s:\"']{1,64}:([^\s\"']{4,128})[\"']?(?=\s|$)"
-    r"|\blftp\b[^\n]*?-u[ \t]+[\"']?[^\s,\"']{1,64},([^\s\"']{4,128})[\"']?(?=\s|$)"
-    r"|\bsmbclient\b[^\n]*?-U[ \t]+[\"']?[^\s%\"']{1,64}%([^\s\"']{4,128})[\"']?(?=\s|$)"
+    r"\bcurl\b[^\n]*?(?:-u|--user)[ \t]+[\"']?[^\s:\"']{1,64}:([^\s\"'<>]{4,128})[\"']?(?=[\s<]|$)"
+    r"|\blftp\b[^\n]*?-u[ \t]+[\"']?[^\s,\"']{1,64},([^\s\"'<>]{4,128})[\"']?(?=[\s<]|$)"
+    r"|\bsmbclient\b[^\n]*?-U[ \t]+[\"']?[^\s%\"']{1,64}%([^\s\"'<>]{4,128})[\"']?(?=[\s<]|$)"
     r"|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mariadb|mariadb-dump)\b[^\n]*?[ \t]-p"
-    r"(?:([^\s\"'-][^\s\"']{3,127})|\"([^\s\"]{4,128})\"|'([^\s']{4,128})')(?=\s|$)"
-    r"|\bmysqladmin\b[^\n]*?[ \t]password[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|\bmongo(?:sh|dump|restore|import|export|stat|top)?\b[^\n]*?[ \t]-p[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?"
-    r"(?=\s|$)"
-    r"|\bhtpasswd\b[^\n]*?[ \t]-\w*b\w*(?:[ \t]+-\w+)*[ \t]+\S+[ \t]+\S+[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?"
-    r"(?=\s|$)"
-    r"|\brabbitmqctl\b[^\n]*?[ \t](?:add_user|change_password)[ \t]+\S+[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})"
-    r"[\"']?(?=\s|$)"
+    r"(?:([^\s\"'-][^\s\"'<>]{3,127})|\"([^\s\"]{4,128})\"|'([^\s']{4,128})')(?=[\s<]|$)"
+    r"|\bmysqladmin\b[^\n]*?[ \t]password[ \t]+[\"']?([^\s\"'-][^\s\"'<>]{3,127})[\"']?(?=[\s<]|$)"
+    r"|\bmongo(?:sh|dump|restore|import|export|stat|top)?\b[^\n]*?[ \t]-p[ \t]+[\"']?"
+    r"([^\s\"'-][^\s\"'<>]{3,127})[\"']?(?=[\s<]|$)"
+    r"|\bhtpasswd\b[^\n]*?[ \t]-\w*b\w*(?:[ \t]+-\w+)*[ \t]+\S+[ \t]+\S+[ \t]+[\"']?([^\s\"'-][^\s\"'<>]{3,127})[\"']?"
+    r"(?=[\s<]|$)"
+    r"|\brabbitmqctl\b[^\n]*?[ \t](?:add_user|change_password)[ \t]+\S+[ \t]+[\"']?([^\s\"'-][^\s\"'<>]{3,127})"
+    r"[\"']?(?=[\s<]|$)"
     r"|[\"']?[\w.\-]{1,32}:([^\s\"':]{4,128})[\"']?[ \t]*\|[ \t]*(?:sudo[ \t]+)?chpasswd\b"
-    r"|\bldap\w*\b[^\n]*?[ \t]-w[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"|\bldap\w*\b[^\n]*?[ \t]-w[ \t]+[\"']?([^\s\"'-][^\s\"'<>]{3,127})[\"']?(?=[\s<]|$)"
     r"|\b(?:docker|podman|buildah|helm|skopeo)\b[^\n]*?\blogin\b[^\n]*?[ \t]-p[ \t]+"
-    r"[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|\bsnmp\w*\b[^\n]*?[ \t]-[AX][ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|(?<![\w-])-pass(?:in|out)?[ \t]+[\"']?pass:([^\s\"'$][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|(?<![\w-])-(?:src|dest)?(?:store|key)pass[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|\bsshpass\b[^\n]*?[ \t]-p[ \t]*[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
-    r"|\bredis-cli\b[^\n]*?[ \t]-a[ \t]+[\"']?([^\s\"'-][^\s\"']{3,127})[\"']?(?=\s|$)"
+    r"[\"']?([^\s\"'-][^\s\"'<>]{3,127})[\"']?(?=[\s<]|$)"
+    r"|\bsnmp\w*\b[^\n]*?[ \t]-[AX][ \t]+[\"']?([^\s\"'-][^\s\"'<>]{3,127})[\"']?(?=[\s<]|$)"
+    r"|(?<![\w-])-pass(?:in|out)?[ \t]+[\"']?pass:([^\s\"'$][^\s\"'<>]{3,127})[\"']?(?=[\s<]|$)"
+    r"|(?<![\w-])-(?:src|dest)?(?:store|key)pass[ \t]+[\"']?([^\s\"'-][^\s\"'<>]{3,127})[\"']?(?=[\s<]|$)"
+    r"|\bsshpass\b[^\n]*?[ \t]-p[ \t]*[\"']?([^\s\"'-][^\s\"'<>]{3,127})[\"']?(?=[\s<]|$)"
+    r"|\bredis-cli\b[^\n]*?[ \t]-a[ \t]+[\"']?([^\s\"'-][^\s\"'<>]{3,127})[\"']?(?=[\s<]|$)"
     r"|(?<![\w-])--(?:http-|ftp-|proxy-|db-)?password[ \t]*=?[ \t]*[\"']([^\s\"'$<>{}]{4,128})[\"']"
     r"|(?<![\w-])(?:PGPASSWORD|MYSQL_PWD|REDISCLI_AUTH|SSHPASS)=[\"']([^\s\"'$]{4,128})[\"']"
     r")"
@@ -799,7 +803,27 @@ def _encoded_credentials(match: re.Match[str], text: str) -> bool:
     return _secret_shaped(match.group(1)) and _preceded_by(_ENCODER_BEFORE, match.start(), text, 80)
 
 
+# scp's `user:password@host:path`, in an Ant task's attribute (`todir="u:...@host:/srv"`) or on an scp line.
+_SCP_USERINFO = re.compile(
+    r"""(?:\b(?:todir|remotetodir|remotefile|file|localtodir|remotetofile)=["']|\bscp\b[^\n]*?[ \t])"""
+    r"([\w.\-]{1,32}):([^\s\"'@]{3,64})@[\w.\-]+:"
+)
+# A Google app password (four groups of four lower-case letters, as Google shows it) on a credential's line.
+_APP_PASSWORD = re.compile(
+    r"(?im)(?:pass|pwd|secret|credential|auth|login|smtp|mail)[^\n]{0,120}?(?<=[\"'>=:\s])"
+    r"((?-i:[a-z]{4} [a-z]{4} [a-z]{4} [a-z]{4}))(?=[\"'<]|[ \t]*$)"
+)
+
 PASSWORD_RULES = [
+    Rule("scp_credentials", _SCP_USERINFO, ((1, USERNAME), (2, PASSWORD)), 0.85, anchor=("@",), one_line=True),
+    Rule(
+        "app_password",
+        _APP_PASSWORD,
+        ((1, PASSWORD),),
+        0.8,
+        lambda match, _text: sum(group in common_words() for group in match.group(1).split()) <= 1,  # not prose
+        keywords=("pass", "pwd", "secret", "credential", "auth", "login", "smtp", "mail"),
+    ),
     Rule(
         "encoded_credentials",
         _JOINED_SECRET,
@@ -840,6 +864,7 @@ PASSWORD_RULES = [
             "smtp",
             "imap",
             "pop3",
+            "transport",
         ),  # fmt: skip
         follow=3,  # `getConnection(\n url,\n "u",\n "...")`
     ),

@@ -490,7 +490,7 @@ def _config_password(match: re.Match[str], _text: str) -> bool:
 # `password=get(...)`, `password=${PASS}`. A `&` ends the value where a URL's next parameter follows.
 _ENV_PASSWORD = re.compile(
     rf"(?im)(?<![\w-])[\w\-]*?{_PASSWORD_WORDS}[\w\-]*="
-    rf"([^\s\"'`#;,&{{}}\[\]<>\\](?:[^\s\"'`;,&{{}}\[\]<>\\]|&(?![\w.\-]+=)){{5,127}})"
+    rf"([^\s\"'`#;,&{{}}\[\]<>\\](?:[^\s\"'`;,&{{}}\[\]<>\\]|&(?![\w.\-]+=|(?:amp|quot|lt|gt|#\d+);)){{5,127}})"
     r"(?=[\s\"'`&;,\\]|$)"
 )
 _ENV_KEY = re.compile(rf"(?im)(?<![\w-])[\w.\-]*?{_KEY_WORDS}[\w.\-]*=([A-Za-z0-9+/=_\-.~]{{16,}})(?=[\s\"'`&;,\\]|$)")
