@@ -913,3 +913,15 @@ def test_scp_targets_without_a_password_and_four_word_prose_are_no_passwords(det
         'auth_note = "this gets sent when done"\n'
     )
     assert not any(entity == "PASSWORD" for entity, _ in found(detector, text))
+
+
+def test_make_variables_escaped_words_and_dictionary_words_are_no_passwords(detector):
+    text = (
+        "\ttwine upload --repository testpypi --password $$TWINE_TEST_PASSWORD dist/*\n"  # Make's `$$`
+        "    ('http://u:%D0%BF%D0%B0%D1%80%D0%BE%D0%BB%D1%8C@host/', 'x'),\n"  # `пароль`, percent-escaped
+        'client.connect(username="slowdive", password="television")\n'  # a test's made-up word
+    )
+    assert not any(entity == "PASSWORD" for entity, _ in found(detector, text))
+    assert ("PASSWORD", "Television7") in found(
+        detector, 'client.connect(username="slowdive", password="Television7")\n'
+    )

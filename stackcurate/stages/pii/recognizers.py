@@ -464,9 +464,9 @@ def _directive_password(match: re.Match[str], _text: str) -> bool:
 
 # What stands for a value rather than being one: a variable (`$PASS`, `${db.password}`, `$(cat f)`, `$opt{w}`), a
 # format or template slot (`%(password)s`, `%PASS%`, `{{ x }}`, `{password}`, `<password>`), a bind parameter
-# (`:pass`, `@pass`), a call (`get_password()`). A strong password may still open with `$`, `%` or `@`
-# (`$9ZNsEC(VC`, `@37BaToox2`).
-_REFERENCE = re.compile(r"^(?:\$[A-Za-z_{(]|%\(|%\w+%$|[{<]|[:@][A-Za-z_]\w*$|\?)|\$[{(]|\{\{|^[\w.]+\(.*\)$")
+# (`:pass`, `@pass`), a call (`get_password()`), a Makefile's `$$PASS`. A strong password may still open with
+# `$`, `%` or `@` (`$9ZNsEC(VC`, `@37BaToox2`).
+_REFERENCE = re.compile(r"^(?:\$\$?[A-Za-z_{(]|%\(|%\w+%$|[{<]|[:@][A-Za-z_]\w*$|\?)|\$[{(]|\{\{|^[\w.]+\(.*\)$")
 
 
 def is_reference(value: str) -> bool:
