@@ -394,7 +394,8 @@ def _torchrun(shards: Path, out: Path, *extra: str) -> None:
         # aborted natively in Gloo as it tore down while rank 0 still wrote (about 1 run in 40 on a loaded machine),
         # and torchrun killed rank 0 mid-write. Should a rank still abort, rerunning is what a user does: the run
         # resumes from its last checkpoint, and the losses compared below show it took up exactly where it stopped.
-        warnings.warn(f"torchrun aborted natively, rerun: {got.stderr[-1500:]}", stacklevel=2)
+        where = got.stderr.find("Fatal Python error")  # faulthandler's stacks of the aborting rank
+        warnings.warn(f"torchrun aborted natively, rerun: {got.stderr[max(where, 0) :][:4000]}", stacklevel=2)
         got = subprocess.run(cmd, capture_output=True, text=True, env=env)
     assert got.returncode == 0, got.stderr[-3000:]
 

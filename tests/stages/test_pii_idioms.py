@@ -821,6 +821,7 @@ def test_a_netrc_statement_ends_at_a_blank_line(detector):
         ("etc/postfix/mysql-virtual.cf", "user = postfix\npassword = Lq8-Kx2wZm\n"),
         ("etc/wgetrc", "proxy_user = jroe\nproxy_password = Lq8-Kx2wZm\n"),
         ("etc/nut/upsmon", "password = Lq8-Kx2wZm\n"),  # a file in etc/ without an extension
+        ("etc/backup.d/20.mysql", "user = backup\ndbpassword = Lq8-Kx2wZm\n"),  # or with one of no code
     ],
 )
 def test_config_directives_written_name_then_value(path, text):
@@ -925,3 +926,11 @@ def test_make_variables_escaped_words_and_dictionary_words_are_no_passwords(dete
     assert ("PASSWORD", "Television7") in found(
         detector, 'client.connect(username="slowdive", password="Television7")\n'
     )
+
+
+def test_code_in_an_etc_folder_is_read_as_code():
+    text = "password = Lq8-Kx2wZm\n"
+    for path, expected in (("etc/backup.d/20.mysql", 1), ("etc/tools/backup.py", 0)):
+        table = pa.table({"path": [path], "content": [text]})
+        spans = PiiStage(PiiConfig(model="none"))(table).kept.column("pii_spans").to_pylist()[0]
+        assert len(spans) == expected, path

@@ -192,6 +192,11 @@ def analyzer() -> "AnalyzerEngine":
 # A run-control file: `wgetrc`, `.fetchmailrc`, `.curlrc` hold `name = value` settings.
 _RC_FILE = re.compile(r"\.?[a-z0-9_\-]+rc")
 _IN_ETC = re.compile(r"(?:^|/)etc/")
+# In `etc/`, files of code and documents are no settings files, whatever their language column says.
+_NOT_SETTINGS = frozenset(
+    {"py", "sh", "bash", "zsh", "pl", "pm", "rb", "php", "js", "ts", "java", "c", "h", "go", "lua", "tcl", "ps1",
+     "html", "htm", "xml", "json", "md", "rst", "txt", "csv"}
+)  # fmt: skip
 
 
 def is_config(path: str | None, extension: str | None, language: str | None) -> bool:
@@ -206,7 +211,7 @@ def is_config(path: str | None, extension: str | None, language: str | None) -> 
         or ext in CONFIG_EXTENSIONS
         or name.startswith(".env")
         or _RC_FILE.fullmatch(name) is not None
-        or (not language and not ext and _IN_ETC.search(path) is not None)  # `etc/nut/upsd.users`
+        or (not language and ext not in _NOT_SETTINGS and _IN_ETC.search(path) is not None)  # `etc/backup.d/20.mysql`
     )
 
 
