@@ -934,3 +934,15 @@ def test_code_in_an_etc_folder_is_read_as_code():
         table = pa.table({"path": [path], "content": [text]})
         spans = PiiStage(PiiConfig(model="none"))(table).kept.column("pii_spans").to_pylist()[0]
         assert len(spans) == expected, path
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'client.login("jroe", "L{n&rIFAh2e`hUUwF")\n',
+        "$cfg['password'] = 'L{n&rIFAh2e`hUUwF';\n",
+        'con <- dbConnect(RPostgres::Postgres(), user = "jroe", password = "L{n&rIFAh2e`hUUwF")\n',
+    ],
+)
+def test_a_backtick_inside_a_quoted_password_is_the_passwords(detector, text):
+    assert ("PASSWORD", "L{n&rIFAh2e`hUUwF") in found(detector, text)

@@ -612,7 +612,8 @@ _CONNECT_CALL_BEFORE = re.compile(
     r"(?i)(?:(?:->|\.|(?<![\w]))connect|getconnection|\w+_connect|dbconnect|new[ \t]+(?:pdo|mysqli))[ \t]*\(\s*"
     + r"(?:" + _ARGUMENT + r"\s*,\s*){1,3}" + r"""[bu]?["'][^"'\n]{1,64}["']\s*,\s*[bu]?["']$"""
 )  # fmt: skip
-_QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{4,128}(?=["'`])""")
+# A quoted value, up to its own closing quote: a backtick inside double or single quotes is the value's.
+_QUOTED = re.compile(r"""(?<=")[^"'\s]{4,128}(?=")|(?<=')[^"'\s]{4,128}(?=')|(?<=`)[^"'`\s]{4,128}(?=`)""")
 # ... or what a setter or builder of a password takes (`ds.setPassword("...")`, `.withPassword("...")`,
 # `.password("...")`), or the value after a password's key (`props.setProperty("mail.smtp.password", "...")`,
 # `config.put("password", "...")`, `Map.of("password", "...")`, `env.put(Context.SECURITY_CREDENTIALS, "...")`).

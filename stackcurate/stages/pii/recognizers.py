@@ -358,7 +358,8 @@ _PASSWORD_WORDS = (
     r"(?:password|passwd|passwrd|passphrase|pwd|db[_\-.]?pass|pass|bind_?pw|(?:key|store|keystore|truststore)pass)"
 )
 # `password = "..."`: a quoted value, then a password-like name assigned right before it.
-_QUOTED = re.compile(r"""(?<=["'`])[^"'`\s]{3,128}(?=["'`])""")
+# A quoted value, up to its own closing quote: a backtick inside double or single quotes is the value's.
+_QUOTED = re.compile(r"""(?<=")[^"'\s]{3,128}(?=")|(?<=')[^"'\s]{3,128}(?=')|(?<=`)[^"'`\s]{3,128}(?=`)""")
 # The name starts with a password's word, or a camelCase name ends with it (`dbPassword`, `userPass`, `smtpPwd`).
 _PASSWORD_NAME_BEFORE = re.compile(
     rf"(?:(?i:(?<![a-z0-9]){_PASSWORD_WORDS})|(?<=[a-z0-9])(?:Pass(?:word|wd|wrd|phrase)?|Pwd|PASS(?:WORD|WD)?|PWD)"
