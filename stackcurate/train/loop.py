@@ -456,7 +456,7 @@ def train(cfg: TrainConfig, *, progress: bool = True) -> list[dict[str, Any]]:
     batches.close()
     evaluations.wait()
     if own_group:
-        dist.barrier()  # the ranks leave together: one torn down while another still writes was seen to abort
+        dist.barrier()  # the ranks leave together, none while rank 0 still writes its last checkpoint
         dist.destroy_process_group()
     return rows
 

@@ -48,8 +48,9 @@ from stackcurate.stages.pii.recognizers import (
     is_path,
     is_reference,
     not_prose,
+    quoted_values,
 )
-from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, common_words, english_words, shannon_entropy
+from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, ESCAPED_AT, common_words, english_words
 
 # --- people ---------------------------------------------------------------------------------------------------
 
@@ -298,16 +299,15 @@ _AT_SPELLED_DOT_EMAIL = re.compile(
     r"(?:[ \t]+(?:dot|DOT)[ \t]+|[ \t]*[\[(<{](?:dot|DOT)[\])>}][ \t]*)[\w-]+(?:(?:\.|[ \t]+(?:dot|DOT)[ \t]+)[\w-]+)*"
     r"(?![\w-])"
 )
-# An `@` escaped as strings and markup write it: Perl's `"jroe\@cpan.org"`, `\x40`, `\u0040`, HTML's `&#64;` and
-# `&#x40;`, a URL's `%40` (`?email=jroe%40posteo.de`).
-_ESCAPED_AT = r"(?:\\@|\\x40|\\u0040|&#0*64;|&#[xX]0*40;|%40)"
+# An address with its `@` escaped (`rules.ESCAPED_AT`: Perl's `"jroe\@cpan.org"`, HTML's `&#64;`, a URL's `%40`).
 _ESCAPED_AT_EMAIL = re.compile(
-    rf"(?<![\w.+%-])[^\W_][\w.+-]{{0,63}}{_ESCAPED_AT}(?:[^\W_](?:[\w-]{{0,61}}[^\W_])?\.)+[^\W\d_]{{2,24}}(?![\w-])"
+    rf"(?<![\w.+%-])[^\W_][\w.+-]{{0,63}}(?:{ESCAPED_AT.pattern})(?:[^\W_](?:[\w-]{{0,61}}[^\W_])?\.)+[^\W\d_]{{2,24}}"
+    r"(?![\w-])"
 )
 
 
 def _escaped_address(match: re.Match[str], _text: str) -> bool:
-    domain = re.split(_ESCAPED_AT, match.group(0), maxsplit=1)[-1]
+    domain = ESCAPED_AT.split(match.group(0), maxsplit=1)[-1]
     return bool(_tld_extract()(domain).suffix)
 
 
@@ -612,8 +612,7 @@ _CONNECT_CALL_BEFORE = re.compile(
     r"(?i)(?:(?:->|\.|(?<![\w]))connect|getconnection|\w+_connect|dbconnect|new[ \t]+(?:pdo|mysqli))[ \t]*\(\s*"
     + r"(?:" + _ARGUMENT + r"\s*,\s*){1,3}" + r"""[bu]?["'][^"'\n]{1,64}["']\s*,\s*[bu]?["']$"""
 )  # fmt: skip
-# A quoted value, up to its own closing quote: a backtick inside double or single quotes is the value's.
-_QUOTED = re.compile(r"""(?<=")[^"'\s]{4,128}(?=")|(?<=')[^"'\s]{4,128}(?=')|(?<=`)[^"'`\s]{4,128}(?=`)""")
+_QUOTED = quoted_values(4)
 # ... or what a setter or builder of a password takes (`ds.setPassword("...")`, `.withPassword("...")`,
 # `.password("...")`), or the value after a password's key (`props.setProperty("mail.smtp.password", "...")`,
 # `config.put("password", "...")`, `Map.of("password", "...")`, `env.put(Context.SECURITY_CREDENTIALS, "...")`).
@@ -756,8 +755,7 @@ _SESSION_COOKIE = re.compile(
 
 def _session_id(match: re.Match[str], _text: str) -> bool:
     """Random-looking; hex too, however short (a server's session ids are: `_ZopeId="19859283A3b5b4d9"`)."""
-    value = match.group(1).strip("=%")
-    return any(c.isdigit() for c in value) and any(c.isalpha() for c in value) and shannon_entropy(value) >= 3.0
+    return _looks_random(match.group(1).strip("=%"), short_hex=True)
 
 
 def _secret_shaped(value: str) -> bool:

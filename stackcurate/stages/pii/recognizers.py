@@ -317,11 +317,11 @@ _AUTHORIZATION = re.compile(r"uthorization\W{1,4}(?:[Tt]oken|[Bb]asic)" + _BEARE
 _HEX = re.compile(r"[0-9a-fA-F]+")
 
 
-def _looks_random(value: str) -> bool:
+def _looks_random(value: str, short_hex: bool = False) -> bool:
     """Letters and digits, at least 3 bits of entropy per character; hex shorter than 32 digits is an id or
-    a short hash, not a key."""
+    a short hash, not a key, unless `short_hex` (a server's session ids are short hex)."""
     return (
-        not (len(value) < 32 and _HEX.fullmatch(value))
+        (short_hex or not (len(value) < 32 and _HEX.fullmatch(value)))
         and any(c.isdigit() for c in value)
         and any(c.isalpha() for c in value)
         and rules.shannon_entropy(value) >= 3.0
@@ -358,8 +358,16 @@ _PASSWORD_WORDS = (
     r"(?:password|passwd|passwrd|passphrase|pwd|db[_\-.]?pass|pass|bind_?pw|(?:key|store|keystore|truststore)pass)"
 )
 # `password = "..."`: a quoted value, then a password-like name assigned right before it.
-# A quoted value, up to its own closing quote: a backtick inside double or single quotes is the value's.
-_QUOTED = re.compile(r"""(?<=")[^"'\s]{3,128}(?=")|(?<=')[^"'\s]{3,128}(?=')|(?<=`)[^"'`\s]{3,128}(?=`)""")
+
+
+def quoted_values(shortest: int) -> re.Pattern[str]:
+    """Quoted values of `shortest` to 128 characters, each up to its own closing quote: a backtick inside double
+    or single quotes is the value's."""
+    value = rf"{{{shortest},128}}"
+    return re.compile(rf"""(?<=")[^"'\s]{value}(?=")|(?<=')[^"'\s]{value}(?=')|(?<=`)[^"'`\s]{value}(?=`)""")
+
+
+_QUOTED = quoted_values(3)
 # The name starts with a password's word, or a camelCase name ends with it (`dbPassword`, `userPass`, `smtpPwd`).
 _PASSWORD_NAME_BEFORE = re.compile(
     rf"(?:(?i:(?<![a-z0-9]){_PASSWORD_WORDS})|(?<=[a-z0-9])(?:Pass(?:word|wd|wrd|phrase)?|Pwd|PASS(?:WORD|WD)?|PWD)"
@@ -411,7 +419,7 @@ _CONNECTION = re.compile(
     r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{0,64}):((?!\d+/)[^\s'\"<>]{3,128}?)"
     r"@(?:[\w.\-\[\]]|\$\{)+(?=[:/?#'\"`\s()>\]},;|&]|$)"
 )
-_AWS_KEY_ID = re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}")
+_AWS_KEY_ID = re.compile(dict(_KEY_FORMATS)["aws_access_key_id"])
 
 
 def _connection(match: re.Match[str], _text: str) -> bool:

@@ -198,11 +198,13 @@ def _line_of(text: str, start: int, end: int) -> str:
     return text[lo : hi if hi >= 0 else len(text)]
 
 
-_ESCAPED_AT = re.compile(r"\\@|\\x40|\\u0040|&#0*64;|&#[xX]0*40;|%40")  # `jroe\@cpan.org`, `jroe&#64;x.org`
+# An `@` escaped as strings and markup write it: Perl's `"jroe\@cpan.org"`, `\x40`, `\u0040`, HTML's `&#64;` and
+# `&#x40;`, a URL's `%40` (`?email=jroe%40posteo.de`).
+ESCAPED_AT = re.compile(r"\\@|\\x40|\\u0040|&#0*64;|&#[xX]0*40;|%40")
 
 
 def _email_rule(value: str, text: str, start: int, end: int) -> str | None:
-    mailbox, _, domain = _ESCAPED_AT.sub("@", value).rpartition("@")
+    mailbox, _, domain = ESCAPED_AT.sub("@", value).rpartition("@")
     placeholder = value.lower() == "ll@li.org"  # gettext's template header: `Language-Team: LANGUAGE <LL@li.org>`
     if (
         placeholder
