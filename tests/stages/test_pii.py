@@ -160,12 +160,17 @@ def test_unquoted_values_count_in_config_files_and_as_name_equals_value_elsewher
     expected = [("PASSWORD", "hX8v2QmR7t"), ("KEY", "k9Xq2Lm7Vt4Rz8Wp3Bn6Yc1Hd5")]
     assert found(detector, text, config=True) == expected
     assert found(detector, "password = get_password()\n", config=True) == []
-    # Outside config files: an env var in a shell line or a docs' snippet, never code's `name = value`.
+    # Outside config files: an env var in a shell line or a docs' snippet, never code's `name = value` with a
+    # name or an expression of names on the right (a random run there is a value: `password = hX8v2QmR7t`).
     assert found(detector, text, config=False) == expected
     shell = "docker run -e 'SA_PASSWORD=x3rT6UWo3HPkC' -e API_TOKEN=q7Vx2LmZ9pRt4WnY8kBa3Cs6 mssql\n"
     assert found(detector, shell) == [("PASSWORD", "x3rT6UWo3HPkC"), ("KEY", "q7Vx2LmZ9pRt4WnY8kBa3Cs6")]
-    code = "password=password\npassword=self.password\npassword = hX8v2QmR7t\napi_key=settings.API_KEY_VALUE\n"
+    code = (
+        "password=password\npassword=self.password\npassword = new_pass2\npassword = Lq8-Kx2wZm\n"
+        "password = userPass\napi_key=settings.API_KEY_VALUE\n"
+    )
     assert found(detector, code) == []
+    assert found(detector, "password = hX8v2QmR7t\n") == [("PASSWORD", "hX8v2QmR7t")]
 
 
 # ---- escapes: JSON strings, notebook sources, string literals ------------------------------------------------

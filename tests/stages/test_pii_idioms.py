@@ -946,3 +946,141 @@ def test_code_in_an_etc_folder_is_read_as_code():
 )
 def test_a_backtick_inside_a_quoted_password_is_the_passwords(detector, text):
     assert ("PASSWORD", "L{n&rIFAh2e`hUUwF") in found(detector, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'url = "smtp://bot@acme-mail.de:Ex98whGcTZ1b@smtp.acme-mail.de:587"\n',  # an address as the user
+        "conn = 'amqp://app:Ex98whGcTZ1b@%s:5672/' % host\n",  # the host a format's slot
+        'url = f"postgres://app:Ex98whGcTZ1b@{host}:5432/db"\n',
+        'url = "mysql://root:Ex98whGcTZ1b@" + host + "/db"\n',
+        'my $url = "mysql://app:Ex98whGcTZ1b\\@db01.acme.de/shop";\n',  # Perl's escaped `@`
+        "jdbc.url=jdbc:sqlserver://db01:1433;databaseName=shop;user=app;password=Ex98whGcTZ1b;encrypt=true\n",
+        "sqlplus -s system/Ex98whGcTZ1b@//db.acme.de:1521/XE @load.sql\n",  # Oracle's tools
+        "expdp userid=scott/Ex98whGcTZ1b@orcl directory=dp dumpfile=x.dmp\n",
+        'conn = oracledb.connect("scott/Ex98whGcTZ1b@db.acme.de/orclpdb")\n',
+        "cqlsh -u cassandra -p Ex98whGcTZ1b 10.0.0.2\n",  # a user's flag, then a password's
+        'sqlcmd -S localhost -U sa -P Ex98whGcTZ1b -Q "SELECT 1"\n',
+        "influx -username admin -password Ex98whGcTZ1b\n",
+        'Connect-VIServer -Server vc01 -User admin -Password "Ex98whGcTZ1b"\n',
+        "plink -ssh -l deploy -pw Ex98whGcTZ1b host.acme.de\n",
+        'echo "Ex98whGcTZ1b" | sudo -S apt-get update\n',  # piped to what reads standard input
+        "echo Ex98whGcTZ1b | docker login -u jroe --password-stdin registry.acme.de\n",
+        '$pw = ConvertTo-SecureString "Ex98whGcTZ1b" -AsPlainText -Force\n',
+        "const sequelize = new Sequelize('shop', 'app', 'Ex98whGcTZ1b', { dialect: 'mysql' });\n",
+        'pop.pass_("Ex98whGcTZ1b")\n',
+        "DB_PASSWORD ?= Ex98whGcTZ1b\n",  # Make
+        "export DB_PASS := Ex98whGcTZ1b\n",
+        'variable "db_password" {\n  type    = string\n  default = "Ex98whGcTZ1b"\n}\n',  # Terraform
+        "- **Password**: `Ex98whGcTZ1b`\n",  # documentation
+        "Username: admin\nPassword: Ex98whGcTZ1b\n",
+        ":password: Ex98whGcTZ1b\n",
+        "Log in as `root` with password `Ex98whGcTZ1b`.\n",
+        "The default password is Ex98whGcTZ1b.\n",
+    ],
+)
+def test_url_oracle_flag_pair_stdin_make_terraform_and_documentation_passwords(detector, text):
+    assert ("PASSWORD", "Ex98whGcTZ1b") in found(detector, text), text
+
+
+@pytest.mark.parametrize("secret", ["cZBXBmXzJyarb", "NZItoXwTtQYku", "?HGNbf66TD*4A8QsX3"])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "url=jdbc:postgresql://db01:5432/shop?user=app&password={s}\n",
+        'con <- dbConnect(odbc::odbc(), .connection_string = "Server=db01;UID=app;PWD={s};")\n',
+        'DB = "mysql://app:{s}@db01.acme.de:3306/shop"\n',
+        "spring.datasource.password={s}\n",
+    ],
+)
+def test_random_letters_alone_and_a_leading_question_mark_are_still_passwords(detector, template, secret):
+    """One in eight random 12-character passwords holds no digit; `?` alone is a bind parameter, not `?H...`."""
+    text = template.format(s=secret)
+    assert ("PASSWORD", secret) in found(detector, text), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "docker run -u 1000 -p 8080:80 nginx",  # a published port
+        "docker run -u root -p 127.0.0.1:80:80 web",
+        "python -u script.py -p no:cacheprovider",  # a plugin's name
+        "mysql -u root -p shopdb",  # the client prompts; `shopdb` is the database
+        "ssh -l root -p 2222 host.acme.de",
+        "psql -U postgres -p 5432 -d db",
+        'useradd -u 1001 -p "$HASH" jroe',
+        'echo "Hello world" | sudo -S ls',
+        "sqlplus / as sysdba",
+        "sqlplus -s /nolog",
+        "COMPASS_VERSION := 1.2.3",  # Make variables that are no passwords
+        "PASS_TESTS := $(wildcard t/*)",
+        "  password: string;",  # types and schemas
+        "  password: String?",
+        "  password: z.string().min(8),",
+        "- Password: required",  # prose
+        "The password is hashed with bcrypt.",
+        "The password is `${DB_PASSWORD}`.",
+        "password: v1.2.3",
+        "password: new_pass1",
+        "* password: ~/.secrets/pw",
+        "    password = user2",
+        "db.password=getHTTPResponse",
+    ],
+)
+def test_ports_plugins_prompts_types_and_prose_are_no_passwords(detector, text):
+    assert not any(entity == "PASSWORD" for entity, _ in found(detector, text + "\n")), text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'Authentication a = new UsernamePasswordAuthenticationToken("admin", "Ex98whGcTZ1b");\n',  # Spring
+        'UsernamePasswordToken token = new UsernamePasswordToken("admin", "Ex98whGcTZ1b");\n',  # Shiro
+        'd := gomail.NewDialer("smtp.acme.de", 587, "jroe@acme.de", "Ex98whGcTZ1b")\n',
+        'let creds = Credentials::new("jroe@acme.de".to_string(), "Ex98whGcTZ1b".to_string());\n',  # lettre
+        'let res = client.get(url).basic_auth("admin", Some("Ex98whGcTZ1b")).send()?;\n',  # reqwest
+        'curl_easy_setopt(curl, CURLOPT_PASSWORD, "Ex98whGcTZ1b");\n',
+        "resource = RestClient::Resource.new('https://api.acme.de', 'admin', 'Ex98whGcTZ1b')\n",
+        'conn = ldap3.Connection(server, "cn=admin,dc=acme,dc=de", "Ex98whGcTZ1b", auto_bind=True)\n',
+        "const auth = Buffer.from('admin:Ex98whGcTZ1b').toString('base64');\n",
+        "conn = PG.connect('db01', 5432, '', '', 'shop', 'app', 'Ex98whGcTZ1b')\n",
+        "db = Mysql.new('localhost', 'root', 'Ex98whGcTZ1b', 'shop')\n",
+        'val db = Database.forURL(url, "app", "Ex98whGcTZ1b", driver = "org.postgresql.Driver")\n',
+        'def sql = Sql.newInstance("jdbc:mysql://localhost/shop", "root", "Ex98whGcTZ1b", "com.mysql.jdbc.Driver")\n',
+        'Jedis jedis = new Jedis("10.0.0.5"); jedis.auth("Ex98whGcTZ1b");\n',
+        '$client = new \\GuzzleHttp\\Client(["auth" => ["admin", "Ex98whGcTZ1b"]]);\n',
+        '$conn = oci_connect("scott", "Ex98whGcTZ1b", "localhost/XE");\n',
+        'conn = cx_Oracle.connect("scott", "Ex98whGcTZ1b", "db.acme.de:1521/orcl")\n',
+    ],
+)
+def test_passwords_handed_to_more_clients_calls(detector, text):
+    got = found(detector, text)
+    assert ("PASSWORD", "Ex98whGcTZ1b") in got, text
+    # the arguments around it are no passwords: a database's address, a driver's class, a database's name
+    assert [value for entity, value in got if entity == "PASSWORD"] == ["Ex98whGcTZ1b"], text
+
+
+@pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        ('DB_PASSWORD = "maple river cloud stone 417"\n', "maple river cloud stone 417"),
+        ("password: Maple River Cloud Stone 417\n", "Maple River Cloud Stone 417"),
+        ("db.password=maple river cloud stone 417\n", "maple river cloud stone 417"),
+        ("<password>maple river cloud stone 417</password>\n", "maple river cloud stone 417"),
+        ('{"password": "maple river cloud stone 417"}\n', "maple river cloud stone 417"),
+        ('r = requests.get(url, auth=("admin", "maple-river-cloud-stone-417"))\n', "maple-river-cloud-stone-417"),
+    ],
+)
+def test_passphrases_of_words_and_a_number(detector, text, phrase):
+    assert ("PASSWORD", phrase) in found(detector, text), text
+
+
+def test_messages_about_passwords_are_no_passphrases(detector):
+    text = (
+        'PASSWORD_PROMPT = "enter your password here"\n'
+        'PASSWORD_ERROR = "must be at least 8"\n'
+        'password_help = "Retry after 30"\n'
+        'INVALID_PASSWORD = "Password reset email sent 2"\n'
+    )
+    assert not any(entity == "PASSWORD" for entity, _ in found(detector, text))

@@ -29,7 +29,9 @@ from presidio_analyzer.nlp_engine import NlpArtifacts
 
 from stackcurate.stages.pii.entities import DETECTOR, EMAIL, KEY, NAME, PASSWORD, USERNAME
 from stackcurate.stages.pii.recognizers import (
+    _DOTTED_NAME,
     _HANDLE,
+    _IN_USERINFO,
     _LOW,
     _PERSON,
     _UP,
@@ -49,6 +51,7 @@ from stackcurate.stages.pii.recognizers import (
     is_reference,
     not_prose,
     quoted_values,
+    random_letters,
 )
 from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, ESCAPED_AT, common_words, english_words
 
@@ -306,9 +309,10 @@ _ESCAPED_AT_EMAIL = re.compile(
 )
 
 
-def _escaped_address(match: re.Match[str], _text: str) -> bool:
+def _escaped_address(match: re.Match[str], text: str) -> bool:
+    """A public suffix ends its domain; not a URL's credentials (Perl's `"mysql://u:...\\@db.acme.de/x"`)."""
     domain = ESCAPED_AT.split(match.group(0), maxsplit=1)[-1]
-    return bool(_tld_extract()(domain).suffix)
+    return bool(_tld_extract()(domain).suffix) and not _preceded_by(_IN_USERINFO, match.start(), text, 200)
 
 
 def _spelled_address(value: str) -> bool:
@@ -595,37 +599,47 @@ _ARGUMENT = (
 # `ldap_bind($ds, "dn", "...")`, `new NetworkCredential("u", "...")`, `$ua->credentials($net, $realm, "u", "...")`,
 # `ssh2_auth_password($c, "u", "...")`, `->authorization_basic("u", "...")`, `imap_open($box, "u", "...")`,
 # Ruby's `Net::SMTP.start(host, 25, helo, "u", "...")`, `Net::FTP.open(host, "u", "...")`, JavaMail's
-# `Transport.send(message, "u", "...")`.
+# `Transport.send(message, "u", "...")`, Spring's and Shiro's `new UsernamePassword...Token("u", "...")`, gomail's
+# `NewDialer(host, 587, "u", "...")`, rest-client's `Resource.new(url, "u", "...")`; Rust's
+# `Credentials::new("u".to_string(), "...")` and `.basic_auth("u", Some("..."))`.
 _AUTH_CALL_BEFORE = re.compile(
     r"(?i)(?:(?:\w*basic_?auth\w*|\w*password_?(?:credentials|authentication)|(?<![\w])(?:basic|auth|login|logon|"
     r"sign_?in|bind|simple_bind_s|authenticate|with_?basic_?auth|http_?auth))(?:[ \t]*\(|[ \t]+)\s*"
-    + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""
+    + _ARGUMENT + r"""(?:\.\w+\(\))?\s*,\s*(?:Some\()?[bu]?["']$"""
     r"|:basic_auth[ \t]*,\s*" + _ARGUMENT + r"""\s*,\s*[bu]?["']$"""  # Faraday's `f.request :basic_auth, 'u', '...'`
-    r"|(?:\w*auth|\w*login|\w+_bind|\w*credentials?|\w*password|\w*basic|\w*authenticator|imap_open|ftp(?:_tls)?|"
-    r"smtp(?:_ssl)?|imap4(?:_ssl)?|pop3|(?:ftp(?:tls)?|smtp|pop3?|imap|telnet)\.(?:start|open|new)|transport\.send)"
-    r"[ \t]*\(\s*(?:" + _ARGUMENT + r"""\s*,\s*){0,3}[bu]?["'][^"'\n]{1,80}["']\s*,\s*[bu]?["']$)"""
+    r"|(?:\w*auth|\w*login|\w+_bind|\w*credentials?(?:::new)?|\w*password|\w*basic|\w*authenticator|imap_open|"
+    r"ftp(?:_tls)?|smtp(?:_ssl)?|imap4(?:_ssl)?|pop3|(?:ftp(?:tls)?|smtp|pop3?|imap|telnet)\.(?:start|open|new)|"
+    r"transport\.send|usernamepassword\w*token|\w*dialer|resource\.new)"
+    r"[ \t]*\(\s*(?:" + _ARGUMENT + r"""\s*,\s*){0,3}[bu]?["'][^"'\n]{1,80}["'](?:\.\w+\(\))?\s*,\s*"""
+    r"""(?:Some\()?[bu]?["']$)"""
 )  # fmt: skip
 # ... or the third of a database connect call: `DriverManager.getConnection(url, "u", "...")`,
 # `DBI->connect($dsn, "u", "...")`, `mysqli_connect("host", "u", "...")`, `new PDO($dsn, 'u', '...')`,
-# `new mysqli("host", "u", "...", "db")`.
+# `new mysqli("host", "u", "...", "db")`, `new Sequelize("db", "u", "...", {...})`, ldap3's `Connection(server,
+# "dn", "...")`, Slick's `Database.forURL(url, "u", "...")`, Groovy's `Sql.newInstance(url, "u", "...")`, Ruby's
+# `Mysql.new(host, "u", "...")` and `PG.connect(host, port, opts, tty, db, "u", "...")`; Oracle's clients take the
+# user first: `oci_connect("u", "...", db)`, `cx_Oracle.connect("u", "...", dsn)`.
 _CONNECT_CALL_BEFORE = re.compile(
-    r"(?i)(?:(?:->|\.|(?<![\w]))connect|getconnection|\w+_connect|dbconnect|new[ \t]+(?:pdo|mysqli))[ \t]*\(\s*"
-    + r"(?:" + _ARGUMENT + r"\s*,\s*){1,3}" + r"""[bu]?["'][^"'\n]{1,64}["']\s*,\s*[bu]?["']$"""
+    r"(?i)(?:(?:(?:->|\.|(?<![\w]))connect|getconnection|\w+_connect|dbconnect|connection|forurl|sql\.newinstance|"
+    r"mysql\.new|new[ \t]+(?:pdo|mysqli|sequelize))[ \t]*\(\s*(?:" + _ARGUMENT + r"\s*,\s*){1,5}"
+    r"|(?:oci_(?:p|new_)?connect|(?:cx_oracle|oracledb)\.connect)[ \t]*\(\s*)"
+    r"""[bu]?["'][^"'\n]{1,64}["']\s*,\s*[bu]?["']$"""
 )  # fmt: skip
 _QUOTED = quoted_values(4)
 # ... or what a setter or builder of a password takes (`ds.setPassword("...")`, `.withPassword("...")`,
 # `.password("...")`), or the value after a password's key (`props.setProperty("mail.smtp.password", "...")`,
 # `config.put("password", "...")`, `Map.of("password", "...")`, `env.put(Context.SECURITY_CREDENTIALS, "...")`).
 _PASSWORD_SETTER_BEFORE = re.compile(
-    r"(?i)(?:\bset\w*?|\.with|\.)(?:password|passwd|passphrase|pwd)[ \t]*\([ \t]*"
+    r"(?i)(?:\bset\w*?|\.with|\.)(?:password|passwd|passphrase|pwd|pass_)[ \t]*\([ \t]*"
     r"(?:new[ \t]+String\([ \t]*)?[bu]?[\"']$"
     r"""|\([ \t]*["'][\w.\-]*(?:password|passwd|passphrase|pwd)["'][ \t]*,[ \t]*[bu]?["']$"""
-    r"""|\([ \t]*[\w.]*(?-i:PASSWORD|PASSWD|CREDENTIALS)[ \t]*,[ \t]*[bu]?["']$"""
+    r"""|\((?:[ \t]*[\w.$&>\-]+[ \t]*,)?[ \t]*[\w.]*(?-i:PASSWORD|PASSWD|CREDENTIALS)[ \t]*,[ \t]*[bu]?["']$"""
     r"""|\bnew[ \t]+Password\([ \t]*["']$|\bCredential\.getCredential\([ \t]*["']$"""  # Jetty's
 )
 
 
 _IDENTIFIER = re.compile(r"[a-z]+(?:[_.][a-z]+)+")
+_HOST_PATH = re.compile(r"[\w.\-]+(?::\d+)?/[\w.\-]*")  # `localhost/XE`, `db.acme.de:1521/orcl`
 # A setting names a word (`sslmode=require`, `ApplicationName=x`), not a random run (`E9lSi0tcL21pffWQ=J+E`).
 _SETTING = re.compile(r"(?:[a-z_][a-z0-9_.\-]{2,}|[A-Za-z][a-z]+(?:[A-Z][a-z]+)*)=|[^;]*=[^;]*;")
 
@@ -636,11 +650,13 @@ def _credential_argument(match: re.Match[str], text: str) -> bool:
         return False
     # any shape a password takes (a long random one too: it is in a password's place), but not a URL or a
     # connection string (`"Server=x;Password=y"`: the env rule's) or a setting (`"sslmode=require"`)
-    if not any(not c.isalpha() for c in value) or "://" in value or _SETTING.match(value):
+    if not (any(not c.isalpha() for c in value) or random_letters(value)) or "://" in value or _SETTING.match(value):
         return False
     if is_path(value) or value.startswith("-"):  # a path or a flag (`lookup('password', '/tmp/pwfile')`)
         return False
     if _IDENTIFIER.fullmatch(value):  # `('ansible_become_password', 'ansible_become_pass')`: names, not values
+        return False
+    if _DOTTED_NAME.fullmatch(value) or _HOST_PATH.fullmatch(value):  # a driver's class, a database's address
         return False
     return (
         _preceded_by(_AUTH_CALL_BEFORE, match.start(), text, 240)
@@ -760,7 +776,7 @@ def _session_id(match: re.Match[str], _text: str) -> bool:
 
 def _secret_shaped(value: str) -> bool:
     """A digit or a symbol, and not a reference (`$PASS`, `%(password)s`, `<password>`, `:pass`: `is_reference`)."""
-    return not is_reference(value) and any(not c.isalpha() for c in value)
+    return not is_reference(value) and (any(not c.isalpha() for c in value) or random_letters(value))
 
 
 def _last_value(match: re.Match[str], _text: str) -> bool:
@@ -777,7 +793,7 @@ def _random_value(match: re.Match[str], _text: str) -> bool:
 # Or assigned to a name that says what it is: `String auth = "jroe:..."`, `userpass = "jroe" + ":" + "..."`.
 _USER_COLON_SECRET = re.compile(r"""(?<=["'`])[\w.@+\-]{1,64}:([^"'`\s:/]{4,128})(?=["'`])""")
 _ENCODER_BEFORE = re.compile(
-    r"(?i)(?:base64|b64encode|btoa|encode\w*|basic|userpwd)[^\n]{0,60}$"
+    r"(?i)(?:base64|b64encode|btoa|encode\w*|basic|userpwd|buffer\.from\([ \t]*[\"'`])[^\n]{0,60}$"
     r"|(?<![\w.])(?:auth|user_?pass|credentials?|basic_?auth)\w*[ \t]*=[ \t]*[\"'`]$"
 )
 # ... or joined there: `("jroe" + ":" + "...")`, `"jroe:" + "..."`.
@@ -795,12 +811,128 @@ _ENCODER_WORDS = (
     "user_pass",
     "credential",
     "userpwd",
+    "buffer.from",
 )
 
 
 def _encoded_credentials(match: re.Match[str], text: str) -> bool:
     return _secret_shaped(match.group(1)) and _preceded_by(_ENCODER_BEFORE, match.start(), text, 80)
 
+
+# A passphrase of words and a number (`maple river cloud stone 417`, Diceware's and password managers' kind) after
+# a password's name, quoted or ending a config line: `password = "..."`, `"password": "..."`, `password: ...`,
+# `<password>...</password>`. Not a message (`"Password reset email sent 2"` reads as prose: `_passphrase`).
+_PASSPHRASE = re.compile(
+    r"(?i)(?<![a-z0-9])[\w.\-]*(?:password|passwd|passphrase|pass|pwd)[\w.\-]*[\"']?[ \t]*(?:=>|:=|[:=>])[ \t]*"
+    r"(?:[bru]?([\"'`])|(?=[a-z]))((?:[a-z]{2,12}[ \t]){2,5}[a-z]{2,12}[ \t]\d{1,4})(?:\1|<|[ \t]*\r?$)",
+    re.M,
+)
+_PROSE_WORDS = frozenset(
+    "a an the your my our their his her its this that these those to of in on at by for from with without and or not "
+    "no is are was were be been must should can could will would may might please enter new old invalid wrong "
+    "incorrect least most than characters chars letters digits long short after before retry attempts times "
+    "minimum maximum min max reset sent email try again expired expires days hours minutes seconds".split()
+)
+
+
+def _passphrase(match: re.Match[str], _text: str) -> bool:
+    """Three words or more of one case, no word prose is made of (`at least`, `your`, `characters`)."""
+    words = match.group(2).split()[:-1]
+    return all(word.lower() not in _PROSE_WORDS for word in words) and (
+        all(word.islower() for word in words) or all(word.istitle() for word in words)
+    )
+
+
+# Redis clients' `AUTH` with the password alone: `jedis.auth("...")`, `r.auth("...")`, `client.auth("...", cb)`.
+_REDIS_AUTH = re.compile(r"""\.auth[ \t]*\([ \t]*["']([^"'\s]{4,128})["'][ \t]*[,)]""")
+
+
+# A user's flag, then a password's, on one command: `cqlsh -u u -p ...`, `sqlcmd -U sa -P ...`, `mosquitto_pub -u
+# u -P ...`, `influx -username u -password ...`, `az login -u u -p ...`, `ipmitool -U u -P ...`, PowerShell's
+# `-User u -Password ...`, PuTTY's `-l u -pw ...`. Not MySQL's clients (`mysql -u u -p db`: the client prompts;
+# their own rule), not a port or a published port (`docker run -u 1000 -p 8080:80`), not an option's name.
+_FLAG_PAIR = re.compile(
+    r"(?i)(?<![\w-])(?:-u|--?user(?:name)?|--?login|-l(?=[ \t]+\S+[ \t]+(?:\S+[ \t]+)*?-pw\b))(?:[ \t]+|=)"
+    r"[\"']?[^\s\"'|;&<>-][^\s\"'|;&<>]{0,63}[\"']?(?:[ \t]+[^\s|;&<>]+)*?[ \t]+"
+    r"(?:-p|--?pass(?:word|wd)?|-pw)(?:[ \t]+|=)[\"']?([^\s\"'$<>|;&-][^\s\"'<>|;&]{3,127}?)[\"']?(?=[\s;|&)]|$)"
+)
+_MYSQL_CLIENT = re.compile(r"\b(?:mysql\w*|mariadb\w*)\b")
+_PORTS = re.compile(r"[\d.:\[\]]+(?:/\w+)?")  # `8080:80`, `127.0.0.1:80:80`, `53/udp`
+_NAMES = re.compile(r"[a-z]+(?:[:_.\-/][a-z]+)*")  # `no:cacheprovider`, `my-profile`
+
+
+def _flag_password(match: re.Match[str], text: str) -> bool:
+    value = match.group(1)
+    line = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
+    return (
+        _secret_shaped(value)
+        and any(c.isalpha() for c in value)
+        and not _PORTS.fullmatch(value)
+        and not _NAMES.fullmatch(value)
+        and not is_path(value)
+        and "://" not in value
+        and not _MYSQL_CLIENT.search(line + text[match.start() : match.start(1)])
+    )
+
+
+# A password piped to what reads it from standard input: `echo "..." | sudo -S cmd`, `echo ... | docker login -u u
+# --password-stdin`, `echo ... | passwd --stdin u`; PowerShell's `ConvertTo-SecureString "..." -AsPlainText`.
+_STDIN_PASSWORD = re.compile(
+    r"(?m)\becho[ \t]+(?:-[ne][ \t]+)*[\"']?([^\s\"'$<>|-][^\s\"'<>|]{3,127})[\"']?[ \t]*\|[ \t]*"
+    r"(?:sudo[ \t]+(?:-\w+[ \t]+)*?-S\b|[^\n|]*--password-stdin\b|passwd[ \t]+--stdin\b)"
+    r"|(?i:ConvertTo-SecureString)[ \t]+(?:-String[ \t]+)?[\"']([^\"'\n]{4,128})[\"'][ \t]+-AsPlainText"
+)
+# Oracle's `user/password@service` on its tools' command lines (`sqlplus -s scott/...@orcl`, `expdp
+# system/...@db`, `rman target sys/...@db`, `exp userid=scott/...`) and in its Python drivers' `connect("u/...@dsn")`.
+_ORACLE_LOGIN = re.compile(
+    r"(?m)(?:\b(?:sqlplus|sqlldr|expdp|impdp|rman|dgmgrl)\b(?:[ \t]+-\w+)*[ \t]+(?:target[ \t]*=?[ \t]*)?"
+    r"|\b(?:exp|imp|expdp|impdp|sqlldr)\b[^\n]*?[ \t]userid=)"
+    r"[\"']?[\w$#]{1,30}/([^\s\"'/@]{3,128})(?=@|[\"'\s]|$)"
+    r"|\b(?:cx_Oracle|oracledb)\.connect\([ \t]*(?:\w+=)?[\"'][\w$#]{1,30}/([^\s\"'/@]{3,128})@"
+)
+# Make's assignments of a password: `DB_PASSWORD ?= ...`, `export DB_PASS := ...` (`=` with blanks is code's too).
+_MAKE_PASSWORD = re.compile(
+    r"(?m)^[ \t]*(?:export[ \t]+|override[ \t]+)?(?:[A-Z0-9_]*_)?(?:PASSWORD|PASSWD|PASS|PWD)(?:_[A-Z0-9_]*)?"
+    r"[ \t]*(?:\?|::?)=[ \t]*([^\s\"'$#][^\s\"']{3,127})[ \t]*\r?$"
+)
+# A password as documentation writes it: `Password: ...` opening a line (a list's, a quote's, a table's), the
+# value ending it; `password **...**` or `` password `...` `` (markup around it), `the password is
+# ...`, `| Password | ... |`. Only values no word or code reads like (`_doc_password`): `Password: required`,
+# `password: String?`, `password: z.string()` stay.
+_DOC_PASSWORD = re.compile(
+    r"(?im)(?:^[ \t]*(?:[-*+>#|][ \t]*)*[*_:]{0,2}(?:password|passwd|passphrase)[*_]{0,2}[ \t]*[:=|][ \t]*[*_]{0,2}"
+    r"[`\"']?([^\s`*\"'<>|()\[\]{}&][^\s`*\"'<>|()\[\]{}]{3,126})[`\"']?[*_]{0,2}[ \t]*\|?[ \t]*\r?$"
+    r"|(?<![\w./\-])(?:password|passwd|passphrase)[*_]{0,2}(?:[ \t]*[:=|]|[ \t]+(?:is|was|of|to|set[ \t]+to|being))?"
+    r"[ \t]*(?:\*\*|`|\*|__)([^\s`*\"'<>|()\[\]{}]{4,127})(?:\*\*|`|\*|__)"
+    r"|(?<![\w./\-])(?:password|passwd|passphrase)[ \t]+(?:is|was|set[ \t]+to)[ \t]+[\"']?"
+    r"([^\s`*\"'<>|()\[\]{},;]{4,127}?)[\"']?(?=[.,;:!)]?(?:\s|$)))"
+)
+_SYMBOL_INSIDE = re.compile(r"[!#$%&*+=?@^~][^\W_]|\d")  # a digit, or a symbol with a letter or digit after it
+_VERSION = re.compile(r"v?\d+(?:[._\-]\d+)+\w*")
+_IDENTIFIER_SHAPE = re.compile(r"[A-Za-z_]\w*")
+_EXPRESSION = re.compile(r"[A-Za-z_]\w*(?:[-+*/%.][A-Za-z_]\w*)+")
+
+
+def _doc_password(match: re.Match[str], _text: str) -> bool:
+    """A letter, and a digit or a symbol inside (not a type's trailing `?`); no name (`user2`, `new_pass1`,
+    `DB_PASS2`), path, URL, version or reference."""
+    value = next(v for v in reversed(match.groups()) if v)
+    if not _secret_shaped(value) or not any(c.isalpha() for c in value) or not _SYMBOL_INSIDE.search(value):
+        return False
+    if _NAMES.fullmatch(value) or _VERSION.fullmatch(value) or _DOTTED_NAME.fullmatch(value):
+        return False
+    if is_path(value) or "://" in value:
+        return False
+    if "=" in match.group(0)[: match.start(1) - match.start(0)] and _EXPRESSION.fullmatch(value):
+        return False  # `password = Lq8-Kx2wZm` in code subtracts two names
+    return not (_IDENTIFIER_SHAPE.fullmatch(value) and (len(value) < 6 or value.isupper() or "_" in value))
+
+
+# Terraform's and OpenTofu's default of a password variable: `variable "db_password" { default = "..." }`.
+_TERRAFORM_DEFAULT = re.compile(
+    r"(?i)\bvariable[ \t]+\"[\w\-]*(?:password|passwd|pwd)[\w\-]*\"[ \t]*\{[^{}]{0,300}?"
+    r"\bdefault[ \t]*=[ \t]*\"([^\"\s$]{4,128})\""
+)
 
 # scp's `user:password@host:path`, in an Ant task's attribute (`todir="u:...@host:/srv"`) or on an scp line.
 _SCP_USERINFO = re.compile(
@@ -857,6 +989,14 @@ PASSWORD_RULES = [
             "connect",
             "pdo",
             "mysqli",
+            "sequelize",
+            "dialer",
+            "resource.new",
+            "forurl",
+            "newinstance",
+            "mysql.new",
+            "oci_",
+            "oracle",
             "pass",
             "pwd",
             "ftp",
@@ -940,6 +1080,37 @@ PASSWORD_RULES = [
         0.8,
         _last_value,
         keywords=("requirepass", "masterauth", "password", "passwd"),
+    ),
+    Rule("passphrase", _PASSPHRASE, ((2, PASSWORD),), 0.75, _passphrase, keywords=("pass", "pwd")),
+    Rule("redis_auth", _REDIS_AUTH, ((1, PASSWORD),), 0.75, _last_value, keywords=(".auth",)),
+    Rule("cli_credentials", _FLAG_PAIR, ((1, PASSWORD),), 0.75, _flag_password, keywords=("-p",)),
+    Rule(
+        "cli_credentials",
+        _STDIN_PASSWORD,
+        ((1, PASSWORD), (2, PASSWORD)),
+        0.8,
+        _last_value,
+        keywords=("-s", "stdin", "-asplaintext"),
+    ),
+    Rule(
+        "oracle_login",
+        _ORACLE_LOGIN,
+        ((1, PASSWORD), (2, PASSWORD)),
+        0.8,
+        _last_value,
+        keywords=("sqlplus", "sqlldr", "exp", "imp", "rman", "dgmgrl", "oracle", "oracledb"),
+    ),
+    Rule("make_password", _MAKE_PASSWORD, ((1, PASSWORD),), 0.75, _doc_password, keywords=("pass", "pwd")),
+    Rule(
+        "doc_password",
+        _DOC_PASSWORD,
+        ((1, PASSWORD), (2, PASSWORD), (3, PASSWORD)),
+        0.75,
+        _doc_password,
+        keywords=("password", "passwd", "passphrase"),
+    ),
+    Rule(
+        "terraform_password", _TERRAFORM_DEFAULT, ((1, PASSWORD),), 0.8, _last_value, keywords=("variable",), follow=6
     ),
     Rule(
         "dsn_password",

@@ -182,19 +182,23 @@ _EMAIL = re.compile(  # letters of any script too: `jörg@müller.de` (internati
 # Inside a URL's credentials (`scheme://user:password@host`, a Sentry DSN's `https://<key>@host`): what
 # looks like an address there is a password's or a user's end and its host; the password may hold `/` and `@`
 # as people write them unescaped (`amqp://u:Xk/9@2z@host`), but a port's digits then `/` end the host.
-_IN_USERINFO = re.compile(r"://(?:[^:/\s@\"'<>]{0,64}:(?!\d+/)[^\s\"'<>]*|[^\s/@\"'<>]*)$")
+_IN_USERINFO = re.compile(r"://(?:[^:/\s@\"'<>]{0,64}:(?!\d+[/;?])[^\s\"'<>]*|[^\s/@\"'<>]*)$")
 # The same without a scheme, `user:password@host` in a string (not a label: `mailto:`, `Contact:`).
 _USER_COLON_BEFORE = re.compile(
     r"(?<![\w.+%-])(?!(?i:mailto|e-?mail|mail|contact|author|maintainer|from|to|cc|reply-to)\b)[\w.+%-]{1,32}:$"
 )
+# Oracle's `user/password@service` in a string or on a command line (`"scott/...@db.acme.de/orcl"`).
+_ORACLE_USER_BEFORE = re.compile(r"(?:^|[\s\"'=])[\w$#]{1,30}/$")
 
 
 def _is_email(match: re.Match[str], text: str) -> bool:
     """The domain ends in a real public suffix (`foo@2x.png` is a file name, not an email), and it is not the
-    `password@host` end of a `scheme://user:password@host` URL."""
+    `password@host` end of a `scheme://user:password@host` URL or of Oracle's `user/password@host`."""
     if _preceded_by(_IN_USERINFO, match.start(), text, 200) or (
         text[match.start() - 1 : match.start()] == ":" and _preceded_by(_USER_COLON_BEFORE, match.start(), text, 80)
     ):
+        return False
+    if text[match.start() - 1 : match.start()] == "/" and _preceded_by(_ORACLE_USER_BEFORE, match.start(), text, 40):
         return False
     return bool(_tld_extract()(match.group(0).rsplit("@", 1)[1]).suffix)
 
@@ -386,6 +390,25 @@ def is_path(value: str) -> bool:
     return value.startswith(("/", "~/", "./"))
 
 
+# A name's letters: lowercase, capitals, words run together (`camelCase`, `PascalCase`, `HTTPServer`): a capital
+# or an acronym opens each word of two lowercase letters or more.
+_NAMED_LETTERS = re.compile(r"[a-z]*(?:[A-Z]{1,5}[a-z]{2,})*[A-Z]{0,5}")
+
+
+def random_letters(value: str) -> bool:
+    """Letters alone, of mixed case no name is written in (`cZBXBmXzJyarb`, `NZItoXwTtQYku`): a generated password
+    that happens to hold no digit (one in eight of 12 random letters and digits), not a word or an identifier."""
+    letters = value.replace("_", "").replace("-", "")
+    return (
+        len(letters) >= 8
+        and letters.isascii()
+        and letters.isalpha()
+        and sum(c.isupper() for c in letters) >= 2
+        and sum(c.islower() for c in letters) >= 2
+        and not _NAMED_LETTERS.fullmatch(letters)
+    )
+
+
 def _password_value(match: re.Match[str], text: str) -> bool:
     """Assigned to a password's name; or to a `secret` and shorter than a key (a device's enable secret)."""
     value, start = match.group(0), match.start()
@@ -415,9 +438,13 @@ def _url_key(match: re.Match[str], _text: str) -> bool:
 # placeholder (`https://u:...@${host}/`). The password runs to the first `@` that a host and the host's end
 # follow: people write `/`, `#` and `@` in it unescaped (`mongodb://u:Xk/9#q@2z@db1:27017`), which URL parsers
 # would split elsewhere; never a port's digits then `/` (`http://host:8080/x@y.org` is an address in a path).
+# The user may be an address written unescaped (`smtp://bot@acme.de:...@smtp.acme.de`: mail and FTP hosts name
+# accounts so), Perl's `\\@` may stand before the host, and the host may be a format's slot (`...@%s:5672/`,
+# `...@{host}/`) or a concatenation (`...@" + host`).
 _CONNECTION = re.compile(
-    r"\b[A-Za-z][A-Za-z0-9+.\-]*://([^:/\s@'\"<>{}]{0,64}):((?!\d+/)[^\s'\"<>]{3,128}?)"
-    r"@(?:[\w.\-\[\]]|\$\{)+(?=[:/?#'\"`\s()>\]},;|&]|$)"
+    r"\b[A-Za-z][A-Za-z0-9+.\-]*://(?:([^:/\s@'\"<>{}]{0,64})|([\w.+\-]{1,64}@[\w\-]+(?:\.[\w\-]+)+))"
+    r":((?!\d+[/;?])[^\s'\"<>]{3,128}?)"
+    r"\\?@(?:(?:[\w.\-\[\]]|\$\{|%s|\{\w*\})+(?=[:/?#'\"`\s()>\]},;|&]|$)|(?=[\"'`][ \t]*[+.]))"
 )
 _AWS_KEY_ID = re.compile(dict(_KEY_FORMATS)["aws_access_key_id"])
 
@@ -425,7 +452,7 @@ _AWS_KEY_ID = re.compile(dict(_KEY_FORMATS)["aws_access_key_id"])
 def _connection(match: re.Match[str], _text: str) -> bool:
     """Not a template's slot (`u:{password}@`, `u:${PASS}@`), nor an AWS key pair (`mongodb://AKIA...:<secret>@`:
     the key rules find both as keys)."""
-    return not is_reference(match.group(2)) and not _AWS_KEY_ID.fullmatch(match.group(1))
+    return not is_reference(match.group(3)) and not _AWS_KEY_ID.fullmatch(match.group(1) or "")
 
 
 # A proxy's credentials without a scheme: `http_proxy=jroe:...@proxy.acme.de:3128`, `proxy: u:...@host`.
@@ -464,7 +491,7 @@ def _directive_password(match: re.Match[str], _text: str) -> bool:
     value = match.group(1)
     return (
         any(c.isalpha() for c in value)
-        and any(not c.isalpha() for c in value)
+        and (any(not c.isalpha() for c in value) or random_letters(value))
         and not is_path(value)
         and "://" not in value
         and not is_reference(value)
@@ -473,9 +500,9 @@ def _directive_password(match: re.Match[str], _text: str) -> bool:
 
 # What stands for a value rather than being one: a variable (`$PASS`, `${db.password}`, `$(cat f)`, `$opt{w}`), a
 # format or template slot (`%(password)s`, `%PASS%`, `{{ x }}`, `{password}`, `<password>`), a bind parameter
-# (`:pass`, `@pass`), a call (`get_password()`), a Makefile's `$$PASS`. A strong password may still open with
+# (`:pass`, `@pass`, `?`), a call (`get_password()`), a Makefile's `$$PASS`. A strong password may still open with
 # `$`, `%` or `@` (`$9ZNsEC(VC`, `@37BaToox2`).
-_REFERENCE = re.compile(r"^(?:\$\$?[A-Za-z_{(]|%\(|%\w+%$|[{<]|[:@][A-Za-z_]\w*$|\?)|\$[{(]|\{\{|^[\w.]+\(.*\)$")
+_REFERENCE = re.compile(r"^(?:\$\$?[A-Za-z_{(]|%\(|%\w+%$|[{<]|[:@][A-Za-z_]\w*$|\?\d*$)|\$[{(]|\{\{|^[\w.]+\(.*\)$")
 
 
 def is_reference(value: str) -> bool:
@@ -526,9 +553,11 @@ _SIGNING_LIBRARY = (
     "HMAC(",
 )
 # The second of a (user, secret) pair: `auth=("admin", "...")`, `basic_auth=(...)`, `credentials=(...)`,
-# `login("jroe", "...")`, `Auth.Login("jroe", "...")`, `HTTPBasicAuth("jroe", "...")`.
+# `login("jroe", "...")`, `Auth.Login("jroe", "...")`, `HTTPBasicAuth("jroe", "...")`, PHP's `"auth" => ["jroe",
+# "..."]`.
 _PAIR_BEFORE = re.compile(
-    r"(?i)(?:\b(?:\w*_)?(?:auth(?:entication)?|credentials?|creds)(?:\[\])?[ \t]*[=:][ \t]*[(\[{]|"
+    r"(?i)(?:\b(?:\w*_)?(?:auth(?:entication)?|credentials?|creds)(?:\[\])?[\"']?[ \t]*(?:=>|[=:])[ \t]*"
+    r"(?:array[ \t]*)?[(\[{]|"
     r"\b(?:login|authenticate|basicauth|httpbasicauth|httpdigestauth)[ \t]*\()"
     r"""\s*[bu]?["'][^"'\n]{1,80}["']\s*,\s*[bu]?$"""
 )  # the pair perhaps over lines of its own, or in an array: `String[] creds = {"jroe", "..."}`
@@ -548,12 +577,13 @@ def _config_key(match: re.Match[str], _text: str) -> bool:
 
 def _password_literal(value: str) -> bool:
     """Six characters or more, one of them not a letter: a password, not a word (`"password"`, `"admin"`)."""
-    return len(value) >= 6 and any(not c.isalpha() for c in value)
+    return len(value) >= 6 and (any(not c.isalpha() for c in value) or random_letters(value))
 
 
 def _token_literal(value: str) -> bool:
-    """Twenty random characters or more: an API token rather than a password."""
-    return len(value) >= 20 and _looks_random(value)
+    """Twenty random characters or more: an API token rather than a password (`maple-river-cloud-stone-417`, words
+    joined, is a passphrase)."""
+    return len(value) >= 20 and _looks_random(value) and rules.is_gibberish(value)
 
 
 def _called_with_password(match: re.Match[str], text: str) -> bool:
@@ -590,7 +620,7 @@ def _env_password(match: re.Match[str], _text: str) -> bool:
     """A digit or a symbol, and no code's shape (`key_password=key_password`, `password=self.password`)."""
     value = match.group(1)
     return (
-        any(not c.isalpha() and c != "_" for c in value)
+        (any(not c.isalpha() and c != "_" for c in value) or random_letters(value))
         and not _DOTTED_NAME.fullmatch(value)
         and not is_reference(value)
         and not _CODE_VALUE.match(value)
@@ -1198,7 +1228,7 @@ def code_recognizers() -> list[EntityRecognizer]:
                 Rule(
                     "connection_string",
                     _CONNECTION,
-                    ((1, USERNAME), (2, PASSWORD)),
+                    ((1, USERNAME), (2, EMAIL), (3, PASSWORD)),
                     0.9,
                     _connection,
                     anchor="://",
