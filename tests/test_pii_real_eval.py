@@ -85,7 +85,7 @@ def test_the_default_stage_meets_starpii_on_real_files(default_stage_scores):
 # rules or the model. NAME, USERNAME and IP meet StarPII there, EMAIL, KEY and PASSWORD not yet; these floors are
 # what the stage reached when it was last measured (`pii_model/MODEL_CARD.md`), so a change can only keep or raise
 # them.
-SECOND_SET_FLOORS = {"EMAIL": 0.99, "IP_ADDRESS": 1.0, "KEY": 0.91, "PASSWORD": 0.86, "NAME": 0.89, "USERNAME": 0.75}
+SECOND_SET_FLOORS = {"EMAIL": 0.99, "IP_ADDRESS": 1.0, "KEY": 0.91, "PASSWORD": 0.91, "NAME": 0.89, "USERNAME": 0.75}
 
 
 def test_the_second_set_is_whole_and_reports_per_family():

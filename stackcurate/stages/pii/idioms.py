@@ -1090,7 +1090,7 @@ PASSWORD_RULES = [
         ((1, PASSWORD), (2, PASSWORD)),
         0.8,
         _last_value,
-        keywords=("-s", "stdin", "-asplaintext"),
+        keywords=("sudo", "stdin", "-asplaintext"),
     ),
     Rule(
         "oracle_login",
@@ -1098,7 +1098,7 @@ PASSWORD_RULES = [
         ((1, PASSWORD), (2, PASSWORD)),
         0.8,
         _last_value,
-        keywords=("sqlplus", "sqlldr", "exp", "imp", "rman", "dgmgrl", "oracle", "oracledb"),
+        keywords=("sqlplus", "sqlldr", "expdp", "impdp", "userid=", "rman ", "dgmgrl", "oracle"),
     ),
     Rule("make_password", _MAKE_PASSWORD, ((1, PASSWORD),), 0.75, _doc_password, keywords=("pass", "pwd")),
     Rule(
