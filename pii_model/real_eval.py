@@ -15,7 +15,7 @@ planted in each file's own idiom. The stage runs on it as a pipeline runs it (`P
 - A **decoy** is a label the scheme ignores (`*_EXAMPLE`: example addresses, placeholders, demo logins): the
   `decoys` row counts how many of them a redacted span touches, which should be at most 2%.
 - Labels of the second set (`real_files2/`) carry the idiom `family` they are written in (`maven_developers`,
-  `cli_credentials`, ...): `families()` scores each family apart.
+  `cli_credentials`, ...): `families()` scores each family apart; the first set's, each kind of window.
 
     python -m pii_model.real_eval [--set real_files2] [--detectors patterns both] [--files 'part4.jsonl']
                                   [--families] [--json FILE]
@@ -146,13 +146,15 @@ def score(rows: list[dict], spans: list[list[dict]]) -> dict[str, dict]:
 
 def families(rows: list[dict], spans: list[list[dict]]) -> dict[str, dict]:
     """{family: {type: {labels, found, recall}, "false_positives": n}} for the labels that carry a `family`: how
-    well each idiom is found, and how many wrong spans lie in the windows of each family a window lists."""
+    well each idiom is found, and how many wrong spans lie in the windows of each family a window lists. The first
+    set's labels carry no family: its windows' kinds (`header`, `docs`, `code`, `manifest`, ...) stand for them."""
     out: dict[str, dict] = defaultdict(lambda: {"false_positives": 0})
     for row, predicted in zip(rows, spans, strict=True):
         by_family: dict[str, list[dict]] = defaultdict(list)
         for label in row["labels"]:
-            if "family" in label:
-                by_family[label["family"]].append(label)
+            family = label.get("family") or row.get("kind")
+            if family:
+                by_family[family].append(label)
         for family, labels in by_family.items():
             table = score([{**row, "labels": labels}], [predicted])
             for entity, cells in table.items():
@@ -161,7 +163,7 @@ def families(rows: list[dict], spans: list[list[dict]]) -> dict[str, dict]:
                     mine["labels"] += cells["labels"]
                     mine["found"] += cells["found"]
         wrong = score([row], [predicted])
-        for family in row.get("families", []):
+        for family in row.get("families") or ([row["kind"]] if row.get("kind") else []):
             out[family]["false_positives"] += sum(wrong[e]["false_positives"] or 0 for e in ENTITIES)
     for cells in out.values():
         for entity, mine in cells.items():

@@ -102,6 +102,11 @@ def test_the_second_set_is_whole_and_reports_per_family():
     assert table["authors_file"]["NAME"] == {"labels": 1, "found": 1, "recall": 1.0}
     assert table["authors_file"]["EMAIL"]["found"] == 0
     assert table["forge_url"]["false_positives"] == 1 and table["authors_file"]["false_positives"] == 1
+    # a first-set window: its kind stands for the family its labels do not carry
+    first = {"id": "k", "origin": {"path": "AUTHORS"}, "kind": "authors", "text": text,
+             "labels": [{"entity": "NAME", "start": 0, "end": 8, "place": "authors_list"}]}  # fmt: skip
+    table = real_eval.families([first], [[{"entity": "NAME", "start": 0, "end": 8}]])
+    assert table == {"authors": {"false_positives": 0, "NAME": {"labels": 1, "found": 1, "recall": 1.0}}}
 
 
 def test_the_default_stage_keeps_its_recall_on_the_second_set():
