@@ -920,6 +920,7 @@ def test_make_variables_escaped_words_and_dictionary_words_are_no_passwords(dete
     text = (
         "\ttwine upload --repository testpypi --password $$TWINE_TEST_PASSWORD dist/*\n"  # Make's `$$`
         "    ('http://u:%D0%BF%D0%B0%D1%80%D0%BE%D0%BB%D1%8C@host/', 'x'),\n"  # `пароль`, percent-escaped
+        "    ('http://u:%25cf%2580@host/', 'x'),\n"  # `π`, percent-escaped twice
         'client.connect(username="slowdive", password="television")\n'  # a test's made-up word
     )
     assert not any(entity == "PASSWORD" for entity, _ in found(detector, text))

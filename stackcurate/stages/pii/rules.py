@@ -258,10 +258,11 @@ def spared_by(span: Span, text: str) -> str | None:
     value = text[span.start : span.end]
     if len(value.strip()) <= 3 or (span.entity == PASSWORD and len(_unescaped(value).strip()) <= 3):  # `p%2d`
         return "too_short"
+    decoded = unquote(unquote(value)) if "%25" in value else unquote(value)  # `%25cf%2580`: `π`, escaped twice
     if (
         span.entity == PASSWORD
         and _PERCENT_ESCAPE.search(value)
-        and (unquote(value).isalpha() or _MADE_UP.search(re.sub(r"[^a-z]", "", unquote(value).lower())))
+        and (decoded.isalpha() or _MADE_UP.search(re.sub(r"[^a-z]", "", decoded.lower())))
     ):  # `%D0%BF%D0%B0%D1%80%D0%BE%D0%BB%D1%8C` is `пароль`: a word
         return "password_escaped"
     if span.entity == PASSWORD and value.isalpha() and value.islower() and value in common_words():
