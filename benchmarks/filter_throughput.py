@@ -47,7 +47,10 @@ def main() -> None:
     sample, out = corpus.sample(work, args.mb), work / "out"
     if not (out / "_state" / "language" / "SUCCESS").exists():
         corpus.stackcurate(*corpus.ingest_args(out, sample), "--runner", "local", "--no-progress", "--overwrite")
-        corpus.stackcurate("language", "--out", str(out), "--runner", "local", "--no-progress", "--overwrite")
+        corpus.stackcurate(
+            "language", "--out", str(out), "--input", str(out / "ingest"), "--runner", "local", "--no-progress",
+            "--overwrite",
+        )  # fmt: skip
 
     from stackcurate.sources.fetch import gunzip_bounded
     from stackcurate.stages.decontaminate import DecontaminateConfig, DecontaminateStage

@@ -13,8 +13,9 @@ examples:
   stackcurate index --out work/x                      # which training file a generation copies:
   stackcurate attribute work/x --file gen.txt   #   its spans, with their files and licenses
 
-Stages run on an embedded local Ray by default; --ray-address HOST:PORT (or RAY_ADDRESS) runs them on an
-existing cluster, --runner local in this process. Each run saves its resolved config as _config.yaml in the
+Stages run on an embedded local Ray by default, or in this process where their work is too small for Ray to pay
+off (--runner ray always uses it); --ray-address HOST:PORT (or RAY_ADDRESS) runs them on an existing cluster,
+--runner local in this process. Each run saves its resolved config as _config.yaml in the
 output folder (-v also prints it). Errors print as one line; STACKCURATE_DEBUG=1 shows the traceback.
 """
 

@@ -103,9 +103,10 @@ def run_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run options (do not change the final rows or shards)")
     group.add_argument(
         "--runner",
-        choices=["ray", "local"],
+        choices=["auto", "ray", "local"],
         default=None,
-        help="ray (default: embedded local Ray, or --ray-address) or local (this process)",
+        help="auto (default: this process where the work is too small for Ray to pay off, else an embedded local "
+        "Ray), ray (embedded, or --ray-address) or local (this process)",
     )
     group.add_argument("--ray-address", default=None, help="address of an existing Ray cluster (or RAY_ADDRESS)")
     group.add_argument("--workers", type=int, default=None, help="parallel workers (default: all CPUs)")

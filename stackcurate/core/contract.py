@@ -119,6 +119,8 @@ class Stage:
       given none of its own (ingest after graph);
     - `needs` (and `needs_one_of`): input columns it reads, checked when a pipeline is planned;
     - `folders`: folders of the run folder it writes besides its own (tokenize: `megatron`), replaced with it;
+    - `mb_per_s`: about how many MB of text a second it takes on one core, end to end (for `--runner auto`'s
+      choice of this process or Ray; never changes the output);
     - `kinds`: the kinds of record it applies to (None: every kind); rows of other kinds pass through it
       untouched (core/kinds.py). After format, `kind` is a document's kind (`repository`, `notebook`, ...):
       a stage there takes every kind (None), as tokenize does.
@@ -138,6 +140,7 @@ class Stage:
     needs_one_of: ClassVar[tuple[str, ...]] = ()
     kinds: ClassVar[tuple[str, ...] | None] = (FILE_KIND,)
     folders: ClassVar[tuple[str, ...]] = ()
+    mb_per_s: ClassVar[float] = 20.0
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg

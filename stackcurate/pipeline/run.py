@@ -141,6 +141,9 @@ def _run_group_now(
         plan = [f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {d.uri}" for d in dirs]
         plan.append(group_status(dirs, requests, shards, opts))
         return [StageResult(spec.name, len(shards), 0, plan=plan) for spec, _ in members]
+    label = " + ".join(spec.name for spec, _ in members)
+    asks_gpus = max(spec.resources(cfg).get("num_gpus", 0.0) for spec, cfg in members)
+    executor.begin_group(label, shards, 1 / sum(1 / spec.mb_per_s for spec, _ in members), asks_gpus)
     executor.check_shared({"--out": out, **({"--input": input_uri} if input_uri is not None else {})})
     executor.take_busy()  # from here on, this group's
     executor.take_workers()

@@ -28,7 +28,7 @@ from stackcurate.stages import STAGE_ORDER, get_stage, stage_key
 class RunOptions:
     """How to run, as opposed to what to compute: none of this changes the final rows or shards."""
 
-    runner: str = "ray"  # ray | local
+    runner: str = "auto"  # auto (this process or Ray, by the work: runners/auto.py) | ray | local
     ray_address: str | None = None
     workers: int | None = None  # how many run at once (default: every CPU of the Ray cluster, or of this machine)
     ray_cpus: int | None = None  # the CPUs of an embedded Ray (default: this machine's); not the number of workers
@@ -42,8 +42,8 @@ class RunOptions:
     removed_content: bool = False
 
     def __post_init__(self) -> None:
-        if self.runner not in ("ray", "local"):
-            raise StackcurateError(f"unknown runner '{self.runner}'; use ray or local")
+        if self.runner not in ("auto", "ray", "local"):
+            raise StackcurateError(f"unknown runner '{self.runner}'; use auto, ray or local")
         if self.workers is not None and self.workers < 1:
             raise StackcurateError("--workers must be at least 1")
         if self.ray_cpus is not None and self.ray_cpus < 1:

@@ -40,6 +40,9 @@ class LocalExecutor:
     def check_shared(self, folders: dict[str, str]) -> None:
         """Nothing to check: this process is the only one that reads and writes."""
 
+    def begin_group(self, label: str, shards: list[Shard], mb_per_s: float, num_gpus: float = 0.0) -> None:
+        """Nothing to choose: everything runs here."""
+
     def map(self, fn: Callable[..., Any], items: list[tuple[Any, ...]], desc: str | None) -> list[Any]:
         """`fn(*item)` for each item, in order."""
         results = []

@@ -129,6 +129,9 @@ class RayExecutor:
                 self._drop_pool()  # a failed run leaves no actor behind to write after it
                 raise
 
+    def begin_group(self, label: str, shards: list[Shard], mb_per_s: float, num_gpus: float = 0.0) -> None:
+        """Nothing to choose: everything runs on Ray."""
+
     def check_shared(self, folders: dict[str, str], *, writes: str = "--out") -> None:
         """Stop in one line unless every node of the cluster sees each local folder of `folders` (what it is
         -> path) as this machine does: on several nodes, a path on this machine's own disk would have each node

@@ -123,6 +123,7 @@ class DecontaminateStage(RecordStage):
     """
 
     name = "decontaminate"
+    mb_per_s = 40  # one core, end to end: Aho-Corasick over normalised text
     config = DecontaminateConfig
     kinds = None  # a benchmark's solution in an issue or a commit is contamination too
     needs = ("content",)

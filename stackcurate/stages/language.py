@@ -91,6 +91,7 @@ class LanguageStage(RecordStage):
     """
 
     name = "language"
+    mb_per_s = 20  # one core, end to end: go-enry
     config = LanguageConfig
     needs = ("path", "content")
 

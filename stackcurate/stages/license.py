@@ -181,6 +181,7 @@ class LicenseStage(RecordStage):
     """
 
     name = "license"
+    mb_per_s = 10  # one core, end to end: the license files' scan
     config = LicenseConfig
     needs = ("repo_name", "path", "content")
     kinds = (FILE_KIND, "pull_request", "commit")  # sources/gharchive, sources/git_history

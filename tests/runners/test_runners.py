@@ -208,3 +208,37 @@ def test_ray_address_runs_on_an_existing_cluster(tmp_path):
         head.wait(timeout=30)
     _language(tmp_path, "local", RunOptions(runner="local", progress=False))
     assert data_files(out / "language") == data_files(tmp_path / "local/language")
+
+
+def test_ray_pays_off_only_when_spreading_saves_more_than_its_start():
+    from stackcurate.runners.auto import ray_pays_off
+
+    assert not ray_pays_off(10.0, 2, 7.0)  # saves 5 s of 10: less than Ray's 7 s
+    assert ray_pays_off(20.0, 2, 7.0)  # saves 10 s
+    assert ray_pays_off(9.0, 8, 7.0)  # saves 7.9 s on 8 cores
+    assert not ray_pays_off(1000.0, 1, 7.0)  # one core: nothing to spread
+
+
+def test_the_auto_runner_runs_a_small_stage_here_and_says_so(tmp_path, caplog, monkeypatch):
+    """A stage whose work is small runs in this process (no Ray started), with one line saying why; the rows are
+    those of `--runner local`."""
+    import logging
+
+    from stackcurate.runners import make_executor
+    from stackcurate.runners.auto import AutoExecutor
+
+    _input(tmp_path)
+    executor = make_executor("auto")
+    assert isinstance(executor, AutoExecutor)
+    started = []
+    monkeypatch.setattr("stackcurate.runners.ray.RayExecutor.__init__", lambda *a, **k: started.append(1))
+    with caplog.at_level(logging.INFO, logger="stackcurate"):
+        _language(tmp_path, "auto", RunOptions(runner="auto", progress=False))
+    assert started == []
+    said = [r.getMessage() for r in caplog.records]
+    assert any("running in this process" in line and "--runner ray" in line for line in said), said
+    _language(tmp_path, "local", RunOptions(runner="local", progress=False))
+    assert read_all(tmp_path / "auto" / "language") == read_all(tmp_path / "local" / "language")
+    # a cluster's address, or a number of workers, asks for Ray
+    assert not isinstance(make_executor("auto", workers=2), AutoExecutor)
+    assert not isinstance(make_executor("auto", address="127.0.0.1:6379"), AutoExecutor)

@@ -96,6 +96,7 @@ class FilterStage(RecordStage):
     """
 
     name = "filter"
+    mb_per_s = 45  # one core, end to end: compiled scores, reading and writing
     config = FilterConfig
     needs = ("path", "content", "language", "extension")
 

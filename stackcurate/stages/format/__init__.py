@@ -242,6 +242,7 @@ class FormatStage(Stage):
     """
 
     name = "format"
+    mb_per_s = 100  # one core, end to end
     config = FormatConfig
     kinds = None  # every kind: a record of another kind becomes a document of its own
     needs = ("doc_id", "content")

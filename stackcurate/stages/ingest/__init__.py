@@ -246,6 +246,7 @@ class IngestStage(Stage):
     """
 
     name = "ingest"
+    mb_per_s = 30  # one core, end to end: read, gunzip, decode, hash
     config = IngestConfig
     reads_records = False
     fuse = "head"

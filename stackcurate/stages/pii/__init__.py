@@ -414,6 +414,7 @@ class PiiStage(RecordStage):
     """
 
     name = "pii"
+    mb_per_s = 1.0  # one core, end to end: the model and the patterns, `benchmarks/pii_throughput.py`
     config = PiiConfig
     kinds = None
     needs = ("content",)

@@ -192,6 +192,7 @@ class TokenizeStage(Stage):
     """
 
     name = "tokenize"
+    mb_per_s = 5.5  # one core, end to end: `benchmarks/tokenize_throughput.py`
     config = TokenizeConfig
     # Every kind. Its input is format's documents, whose `kind` column says what a document is (`repository`,
     # `notebook`, ...): a stage after format that left `kinds` at files would pass most of them through.
