@@ -13,6 +13,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,26 +155,53 @@ def read_text(fs: pafs.FileSystem, path: str) -> str:
         return f.read().decode()
 
 
+_writes: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _write_thread() -> ThreadPoolExecutor:
+    """This process's one thread that encodes, compresses and writes Parquet (Arrow releases the GIL there), so a
+    stage computes its next batch while its last is written. One thread: each file's batches go in order."""
+    global _writes
+    if _writes is None or _writes[0] != os.getpid():  # not a pool a forked parent left behind
+        _writes = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="stackcurate-write"))
+    return _writes[1]
+
+
 class AtomicParquetWriter:
-    """Stream tables into `path`; the file appears under that name only on :meth:`commit`."""
+    """Stream tables into `path`; the file appears under that name only on :meth:`commit`. Each table is written
+    on the write thread while the caller goes on; the next write, :meth:`commit` or :meth:`abort` waits for it
+    (and raises its error: a full disk stops the shard where it stopped before)."""
 
     def __init__(self, fs: pafs.FileSystem, path: str, schema: pa.Schema) -> None:
         self.fs, self.path, self.schema = fs, path, schema
         self.tmp = f"{path}.tmp-{uuid.uuid4().hex}"
         self.rows = 0
         self._writer = pq.ParquetWriter(self.tmp, schema, filesystem=fs, compression=PARQUET_COMPRESSION)
+        self._pending: Future | None = None
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows:
-            self._writer.write_table(table.cast(self.schema) if table.schema != self.schema else table)
+            table = table.cast(self.schema) if table.schema != self.schema else table
+            self._wait()
+            self._pending = _write_thread().submit(self._writer.write_table, table)
             self.rows += table.num_rows
 
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
     def commit(self) -> None:
+        self._wait()
         self._writer.close()
         self.fs.move(self.tmp, self.path)
 
     def abort(self) -> None:
         """Drop the temporary file; never raises (it runs while another error, e.g. a full disk, unwinds)."""
+        try:
+            self._wait()
+        except BaseException:  # noqa: BLE001 - the error being unwound is the one to report
+            pass
         try:
             self._writer.close()
         except (OSError, pa.ArrowException):
