@@ -48,7 +48,7 @@ class AutoExecutor:
         if self._ray is not None:
             return  # started: the workers are warm, and this group uses them
         cpus = self.ray_cpus or os.cpu_count() or 1
-        known = all(shard.weight > 0 for shard in shards)
+        known = all(shard.weight > 0 or shard.kind == "parquet" for shard in shards)  # a Parquet one's 0: empty
         mb = sum(shard.weight for shard in shards) / 1e6
         work_s = mb / mb_per_s
         if known and not num_gpus and not ray_pays_off(work_s, cpus, ray_fixed_s()):  # Ray places GPU workers

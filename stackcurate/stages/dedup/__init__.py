@@ -620,7 +620,7 @@ class DedupStage(RecordStage):
     """
 
     name = "dedup"
-    mb_per_s = 20  # one core, end to end: MinHash of every file, LSH, clustering
+    mb_per_s = 15  # one core, end to end: MinHash of every file, LSH, clustering
     config = DedupConfig
     fuse = "head"
     kinds = None
