@@ -192,8 +192,12 @@ class AtomicParquetWriter:
             pending.result()
 
     def commit(self) -> None:
-        self._wait()
-        self._writer.close()
+        try:
+            self._wait()
+            self._writer.close()
+        except BaseException:
+            self.abort()  # no partial file left behind (a full disk)
+            raise
         self.fs.move(self.tmp, self.path)
 
     def abort(self) -> None:

@@ -212,7 +212,11 @@ def _run_shard(stages: list[Stage], shard: Shard, job: ShardJob) -> dict[str, An
     if len(steps) == 1:
         steps[0].seconds = time.perf_counter() - started  # a stage alone: the shard's whole time, as always
     rss = peak_rss()
-    summaries = [step.commit(shard, job.run_id, rss) for step in steps]
+    try:  # a write's error may surface here: the files are written on a thread (io.AtomicParquetWriter)
+        summaries = [step.commit(shard, job.run_id, rss) for step in steps]
+    except BaseException:
+        _abort(steps)
+        raise
     # The markers last, in stage order: a shard is done when every stage of its group has one.
     for step, summary in zip(steps, summaries, strict=True):
         io.write_bytes_atomic(step.out.fs, step.out.path(SHARDS, shard, ".json"), json.dumps(summary).encode())
