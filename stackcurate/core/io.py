@@ -204,7 +204,7 @@ class AtomicParquetWriter:
         """Drop the temporary file; never raises (it runs while another error, e.g. a full disk, unwinds)."""
         try:
             self._wait()
-        except BaseException:  # noqa: BLE001 - the error being unwound is the one to report
+        except BaseException:  # the error being unwound is the one to report
             pass
         try:
             self._writer.close()

@@ -141,9 +141,9 @@ def _run_group_now(
         plan = [f"{n} {k} shard(s)" for k, n in kinds.items()] + [f"output: {d.uri}" for d in dirs]
         plan.append(group_status(dirs, requests, shards, opts))
         return [StageResult(spec.name, len(shards), 0, plan=plan) for spec, _ in members]
+    speed = 1 / sum(1 / spec.mb_per_s for spec, _ in members)  # MB/s of the group's stages one after the other
     label = " + ".join(spec.name for spec, _ in members)
-    asks_gpus = max(spec.resources(cfg).get("num_gpus", 0.0) for spec, cfg in members)
-    executor.begin_group(label, shards, 1 / sum(1 / spec.mb_per_s for spec, _ in members), asks_gpus)
+    executor.begin_group(label, shards, speed, _gpus(members, [cfg for _, cfg in members]))
     executor.check_shared({"--out": out, **({"--input": input_uri} if input_uri is not None else {})})
     executor.take_busy()  # from here on, this group's
     executor.take_workers()
@@ -177,8 +177,7 @@ def _run_group_now(
         keep=keep,
         removed_content=opts.removed_content,
     )
-    gpus = max(spec.resources(cfg).get("num_gpus", 0.0) for (spec, _), cfg in zip(members, cfgs, strict=True))
-    _run_pending(executor, job, shards, pending, gpus)
+    _run_pending(executor, job, shards, pending, _gpus(members, cfgs))
     results = []
     input_name, input_id = (source_dir.stage, source_id) if source_dir is not None else (None, None)
     for i, ((spec, _), cfg, stage_dir) in enumerate(zip(members, cfgs, dirs, strict=True)):
@@ -211,6 +210,11 @@ def _run_group_now(
         for stage_dir in dirs:
             stage_dir.write_run(run_id, wall, workers)
     return results
+
+
+def _gpus(members: list[tuple[type[Stage], Any]], cfgs: list[Any]) -> float:
+    """The GPUs each worker of a group needs: its most demanding stage's."""
+    return max(spec.resources(cfg).get("num_gpus", 0.0) for (spec, _), cfg in zip(members, cfgs, strict=True))
 
 
 def _run_pending(

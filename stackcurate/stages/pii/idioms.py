@@ -49,9 +49,10 @@ from stackcurate.stages.pii.recognizers import (
     _token_literal,
     is_path,
     is_reference,
+    not_a_word,
     not_prose,
+    plain_secret,
     quoted_values,
-    random_letters,
 )
 from stackcurate.stages.pii.rules import _EXAMPLE_DOMAIN, ESCAPED_AT, common_words, english_words
 
@@ -650,7 +651,7 @@ def _credential_argument(match: re.Match[str], text: str) -> bool:
         return False
     # any shape a password takes (a long random one too: it is in a password's place), but not a URL or a
     # connection string (`"Server=x;Password=y"`: the env rule's) or a setting (`"sslmode=require"`)
-    if not (any(not c.isalpha() for c in value) or random_letters(value)) or "://" in value or _SETTING.match(value):
+    if not not_a_word(value) or "://" in value or _SETTING.match(value):
         return False
     if is_path(value) or value.startswith("-"):  # a path or a flag (`lookup('password', '/tmp/pwfile')`)
         return False
@@ -776,12 +777,17 @@ def _session_id(match: re.Match[str], _text: str) -> bool:
 
 def _secret_shaped(value: str) -> bool:
     """A digit or a symbol, and not a reference (`$PASS`, `%(password)s`, `<password>`, `:pass`: `is_reference`)."""
-    return not is_reference(value) and (any(not c.isalpha() for c in value) or random_letters(value))
+    return not is_reference(value) and not_a_word(value)
+
+
+def _value_group(match: re.Match[str]) -> int:
+    """The rule's value: the last group that matched (a rule's alternatives each have their own)."""
+    return max(i for i in range(1, (match.re.groups or 0) + 1) if match.group(i))
 
 
 def _last_value(match: re.Match[str], _text: str) -> bool:
-    """The rule's value (the last group that matched) is shaped like a secret."""
-    return _secret_shaped(next(v for v in reversed(match.groups()) if v))
+    """The rule's value is shaped like a secret."""
+    return _secret_shaped(match.group(_value_group(match)))
 
 
 def _random_value(match: re.Match[str], _text: str) -> bool:
@@ -865,12 +871,9 @@ def _flag_password(match: re.Match[str], text: str) -> bool:
     value = match.group(1)
     line = text[text.rfind("\n", 0, match.start()) + 1 : match.start()]
     return (
-        _secret_shaped(value)
-        and any(c.isalpha() for c in value)
+        plain_secret(value)
         and not _PORTS.fullmatch(value)
         and not _NAMES.fullmatch(value)
-        and not is_path(value)
-        and "://" not in value
         and not _MYSQL_CLIENT.search(line + text[match.start() : match.start(1)])
     )
 
@@ -916,14 +919,13 @@ _EXPRESSION = re.compile(r"[A-Za-z_]\w*(?:[-+*/%.][A-Za-z_]\w*)+")
 def _doc_password(match: re.Match[str], _text: str) -> bool:
     """A letter, and a digit or a symbol inside (not a type's trailing `?`); no name (`user2`, `new_pass1`,
     `DB_PASS2`), path, URL, version or reference."""
-    value = next(v for v in reversed(match.groups()) if v)
-    if not _secret_shaped(value) or not any(c.isalpha() for c in value) or not _SYMBOL_INSIDE.search(value):
+    group = _value_group(match)
+    value = match.group(group)
+    if not plain_secret(value) or not _SYMBOL_INSIDE.search(value):
         return False
     if _NAMES.fullmatch(value) or _VERSION.fullmatch(value) or _DOTTED_NAME.fullmatch(value):
         return False
-    if is_path(value) or "://" in value:
-        return False
-    if "=" in match.group(0)[: match.start(1) - match.start(0)] and _EXPRESSION.fullmatch(value):
+    if "=" in match.group(0)[: match.start(group) - match.start(0)] and _EXPRESSION.fullmatch(value):
         return False  # `password = Lq8-Kx2wZm` in code subtracts two names
     return not (_IDENTIFIER_SHAPE.fullmatch(value) and (len(value) < 6 or value.isupper() or "_" in value))
 

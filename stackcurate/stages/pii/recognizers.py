@@ -486,16 +486,25 @@ _CONFIG_DIRECTIVE_PASSWORD = re.compile(
 )
 
 
-def _directive_password(match: re.Match[str], _text: str) -> bool:
-    """A letter and a digit or symbol (`PASS_MIN_LEN 5` is no password), not a path, a URL or a reference."""
-    value = match.group(1)
+def not_a_word(value: str) -> bool:
+    """A digit or a symbol in it, or letters no name is written in (`random_letters`)."""
+    return any(not c.isalpha() for c in value) or random_letters(value)
+
+
+def plain_secret(value: str) -> bool:
+    """A letter, and a digit, a symbol or letters no name is written in (`random_letters`); not a path, a URL or a
+    reference (`PASS_MIN_LEN 5`, `password /etc/pw`, `pass $PW` are no passwords)."""
     return (
         any(c.isalpha() for c in value)
-        and (any(not c.isalpha() for c in value) or random_letters(value))
+        and not_a_word(value)
         and not is_path(value)
         and "://" not in value
         and not is_reference(value)
     )
+
+
+def _directive_password(match: re.Match[str], _text: str) -> bool:
+    return plain_secret(match.group(1))
 
 
 # What stands for a value rather than being one: a variable (`$PASS`, `${db.password}`, `$(cat f)`, `$opt{w}`), a
@@ -577,7 +586,7 @@ def _config_key(match: re.Match[str], _text: str) -> bool:
 
 def _password_literal(value: str) -> bool:
     """Six characters or more, one of them not a letter: a password, not a word (`"password"`, `"admin"`)."""
-    return len(value) >= 6 and (any(not c.isalpha() for c in value) or random_letters(value))
+    return len(value) >= 6 and not_a_word(value)
 
 
 def _token_literal(value: str) -> bool:
@@ -595,9 +604,9 @@ def _paired_secret(match: re.Match[str], text: str) -> bool:
     value = match.group(0)
     return (
         _password_literal(value)
-        and not _token_literal(value)
         and not _DOTTED_NAME.fullmatch(value)  # `"rest_framework.authentication.TokenAuthentication"`
         and _preceded_by(_PAIR_BEFORE, match.start() - 1, text, 120)
+        and not _token_literal(value)  # last: the bigram model reads only the values in a pair's place
     )
 
 
