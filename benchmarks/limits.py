@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import corpus
 import dedup
 import dedup_corpus
 import dedup_peers
@@ -42,7 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "stackcurate.cli"]
+CLI = corpus.CLI
 FLOOR = "floor: read + gunzip + decode"
 
 # The raw library alone, in a process of its own: HF tokenizers' batch encoding of every document's text.
@@ -74,10 +75,6 @@ def link_first(source: Path, folder: Path, mb: float) -> float:
     return linked / 1e6
 
 
-def stackcurate(*args: str) -> None:
-    subprocess.run([*CLI, *args], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-
-
 def prepare(work: Path, mb: float, pii_mb: float) -> dict[str, Any]:
     """The input and what the rows read besides it (untimed, reused while `work` holds them)."""
     folders = dedup_corpus.build(0.5, root=str(ROOT / "work" / "dedup_corpus"))
@@ -92,11 +89,11 @@ def prepare(work: Path, mb: float, pii_mb: float) -> dict[str, Any]:
     if not marker.exists():
         shutil.rmtree(prep, ignore_errors=True)
         linked = link_first(records, paths["records"], mb)
-        link_first(records, paths["pii_input"], pii_mb)
+        pii_linked = link_first(records, paths["pii_input"], pii_mb)
         run = prep / "run"
-        stackcurate("language", "--input", str(paths["records"]), "--out", str(run), "--no-progress")
-        stackcurate("format", "--input", str(paths["records"]), "--out", str(run), "--no-progress")
-        stackcurate("tokenizer", "train", "--input", str(paths["documents"]), "--out", str(paths["tokenizer"]))
+        corpus.stackcurate("language", "--input", str(paths["records"]), "--out", str(run), "--no-progress")
+        corpus.stackcurate("format", "--input", str(paths["records"]), "--out", str(run), "--no-progress")
+        corpus.stackcurate("tokenizer", "train", "--input", str(paths["documents"]), "--out", str(paths["tokenizer"]))
         table = pa.concat_tables(pq.read_table(p) for p in sorted(paths["languages"].glob("*.parquet")))
         paths["store"].mkdir()
         for blob, text in zip(table.column("blob_id").to_pylist(), table.column("content").to_pylist(), strict=True):
@@ -104,8 +101,8 @@ def prepare(work: Path, mb: float, pii_mb: float) -> dict[str, Any]:
         ids = pa.concat_tables(pq.read_table(p, columns=["doc_id", "content"]) for p in sorted(
             paths["records"].glob("*.parquet")))  # fmt: skip
         pq.write_table(pa.table({"id": ids.column("doc_id"), "text": ids.column("content")}), paths["corpus"])
-        marker.write_text(json.dumps({"mb": linked}))
-    return {**paths, "mb": json.loads(marker.read_text())["mb"]}
+        marker.write_text(json.dumps({"mb": linked, "pii_mb": pii_linked}))
+    return {**paths, **json.loads(marker.read_text())}
 
 
 def floor_seconds(store: Path, repeat: int = 3) -> tuple[float, float]:
@@ -114,15 +111,15 @@ def floor_seconds(store: Path, repeat: int = 3) -> tuple[float, float]:
     from stackcurate.stages.ingest.content import decode
 
     objects = sorted(store.iterdir())
-    best, size = float("inf"), 0
+    times, size = [], 0
     for _ in range(repeat + 1):  # the first warms the page cache
         started, size = time.perf_counter(), 0
         for path in objects:
             data = gunzip_bounded(path.read_bytes(), 1 << 30, 1000.0).data or b""
             decode(data, "UTF-8")
             size += len(data)
-        best = min(best, time.perf_counter() - started) if size else best
-    return best, size / 1e6
+        times.append(time.perf_counter() - started)
+    return min(times[1:]), size / 1e6
 
 
 def timed(
@@ -195,9 +192,8 @@ def main() -> None:
              str(out / "dt"), str(p["tokenizer"] / "tokenizer.json"), "1", "megatron"],
             out,
         )  # fmt: skip
-    pii_mb = link_mb(p["pii_input"])
     report = {
-        "label": args.label, "input_mb": round(p["mb"], 1), "pii_mb": round(pii_mb, 1),
+        "label": args.label, "input_mb": round(p["mb"], 1), "pii_mb": round(p["pii_mb"], 1),
         "tokens": manifest["tokens"], "documents": manifest.get("documents"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d %H:%M"), "src": str(src), "runs": runs,
@@ -205,16 +201,6 @@ def main() -> None:
     target = ROOT / "benchmarks" / "results" / f"limits_{args.label}.json"
     target.write_text(json.dumps(report, indent=1) + "\n")
     print(table(report))
-
-
-def link_mb(folder: Path) -> float:
-    return (
-        sum(
-            sum(v or 0 for v in pq.read_table(f, columns=["length_bytes"]).column("length_bytes").to_pylist())
-            for f in sorted(folder.glob("*.parquet"))
-        )
-        / 1e6
-    )
 
 
 def table(report: dict[str, Any]) -> str:
